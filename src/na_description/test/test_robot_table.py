@@ -1,0 +1,45 @@
+"""The robot tables load, agree with themselves, and point at description files that exist."""
+
+import pytest
+
+from na_description.robot_table import RobotTableError, load_robot, robot_names
+
+
+def test_all_robots_listed():
+    assert set(robot_names()) >= {"so101", "omx", "panda"}
+
+
+@pytest.mark.parametrize("name", ["so101", "omx", "panda"])
+def test_table_is_consistent(name):
+    robot = load_robot(name)
+    assert robot.n_joints == len(robot.position_min) == len(robot.position_max)
+    assert all(lo < hi for lo, hi in zip(robot.position_min, robot.position_max))
+    assert robot.data_dt > 0
+    if robot.bus.ids:
+        assert len(robot.bus.ids) == robot.n_joints
+        start, length = robot.bus.telemetry_start, robot.bus.telemetry_length
+        for reg in ("present_position", "present_velocity", "present_temperature"):
+            r = robot.bus.register(reg)
+            assert start <= r.address and r.address + r.size <= start + length
+
+
+def test_so101_matches_feetech_datasheet():
+    bus = load_robot("so101").bus
+    assert bus.register("present_position").address == 56
+    assert bus.register("present_current").address == 69
+    assert bus.sign_bits["load"] == 10 and bus.sign_bits["position"] == 15
+
+
+def test_unknown_robot_is_a_clear_error():
+    with pytest.raises(RobotTableError, match="unknown robot"):
+        load_robot("ur5")
+
+
+def test_register_lookup_error_names_the_servo():
+    with pytest.raises(RobotTableError, match="STS3215"):
+        load_robot("so101").bus.register("goal_pwm")
+
+
+@pytest.mark.parametrize("name,kind", [("so101", "mjcf"), ("so101", "urdf"), ("panda", "urdf")])
+def test_description_files_exist(name, kind):
+    assert load_robot(name).description_path(kind).is_file()
