@@ -36,5 +36,9 @@ setup(
     description="Launch files, parameter files, RViz config and the na-bringup runner for the NeuralActuator stack.",
     license="MIT",
     tests_require=["pytest"],
-    entry_points={"console_scripts": []},
+    entry_points={
+        "console_scripts": [
+            "na-bringup = na_bringup.runner:main",
+        ]
+    },
 )

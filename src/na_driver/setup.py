@@ -36,5 +36,13 @@ setup(
     description="Servo bus drivers (Feetech STS3215, Dynamixel XM430), Franka bridge, twin-arm teleop and NAD recorder for NeuralActuator.",
     license="MIT",
     tests_require=["pytest"],
-    entry_points={"console_scripts": []},
+    entry_points={
+        "console_scripts": [
+            "driver_node = na_driver.driver_node:main",
+            "teleop_node = na_driver.teleop_node:main",
+            "franka_bridge = na_driver.franka_bridge:main",
+            "na-record = na_driver.recorder:main",
+            "na-driver-bench = na_driver.bench:main",
+        ]
+    },
 )

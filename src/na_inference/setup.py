@@ -36,5 +36,13 @@ setup(
     description="NeuralActuator model: NAD loader, feature pipeline, differentiable dynamics, training/evaluation/export, and the ONNX Runtime engine and node.",
     license="MIT",
     tests_require=["pytest"],
-    entry_points={"console_scripts": []},
+    entry_points={
+        "console_scripts": [
+            "inference_node = na_inference.node:main",
+            "na-train = na_inference.train:main",
+            "na-eval = na_inference.evaluate:main",
+            "na-export = na_inference.export:main",
+            "na-bench = na_inference.bench:main",
+        ]
+    },
 )

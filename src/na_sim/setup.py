@@ -36,5 +36,11 @@ setup(
     description="Simulated arms (MuJoCo + servo actuator physics) behind protocol-accurate Dynamixel and Feetech bus emulators; synthetic NAD data.",
     license="MIT",
     tests_require=["pytest"],
-    entry_points={"console_scripts": []},
+    entry_points={
+        "console_scripts": [
+            "na-sim-bus = na_sim.cli:bus_main",
+            "na-sim-dataset = na_sim.cli:dataset_main",
+            "na-sim-bench = na_sim.bench:main",
+        ]
+    },
 )
