@@ -9,6 +9,7 @@ instead of repeating numbers, so a change made here reaches all of them.
 from __future__ import annotations
 
 import importlib.util
+import re
 import sysconfig
 from dataclasses import dataclass, field
 from functools import cache
@@ -67,6 +68,7 @@ class RobotTable:
     joint_names: tuple[str, ...]
     gripper_joint: str | None
     frames: dict[str, str]
+    tf_frames: dict[str, str]
     description: dict[str, dict[str, str]]
     bus: BusSpec
     actuator: dict[str, Any]
@@ -96,6 +98,25 @@ class RobotTable:
         if entry is None:
             raise RobotTableError(f"{self.name} has no {kind} description")
         return _resolve_package_file(entry["package"], entry["path"])
+
+    def robot_description(self) -> str:
+        """URDF text for robot_state_publisher/RViz, with every mesh path made an absolute file:// URI
+        (the packaged URDFs use paths relative to their folder or package:// URIs of non-ROS packages)."""
+        urdf = self.description_path("urdf")
+        text = urdf.read_text()
+
+        def absolute(match: re.Match) -> str:
+            name = match.group(1)
+            if name.startswith("package://"):
+                package, _, rel = name[len("package://"):].partition("/")
+                path = _resolve_package_file(package, rel)
+            elif name.startswith("file://"):
+                return match.group(0)
+            else:
+                path = (urdf.parent / name).resolve()
+            return f'filename="file://{path}"'
+
+        return re.sub(r'filename="([^"]+)"', absolute, text)
 
 
 def robot_names() -> list[str]:
@@ -152,6 +173,7 @@ def _parse(raw: dict[str, Any]) -> RobotTable:
         joint_names=joints,
         gripper_joint=raw.get("gripper_joint"),
         frames=dict(raw.get("frames", {})),
+        tf_frames=dict(raw.get("tf_frames", raw.get("frames", {}))),
         description=dict(raw.get("description", {})),
         bus=bus,
         actuator=dict(raw.get("actuator", {})),
