@@ -1,0 +1,128 @@
+"""Forward kinematics of a serial chain read from the robot's URDF, in numpy (no ROS, no MuJoCo).
+
+The inference node uses it to express the estimated force in the end-effector TF frame and to place
+the force arrow there. Only what that needs is implemented: fixed, revolute and continuous joints
+along the path from the robot table's ``tf_frames.base`` link to its ``tf_frames.end_effector`` link.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from na_description.robot_table import RobotTable
+
+
+class KinematicsError(ValueError):
+    """The description cannot give the requested chain (missing link, unsupported joint)."""
+
+
+def rpy_to_matrix(roll: float, pitch: float, yaw: float) -> np.ndarray:
+    """URDF fixed-axis roll/pitch/yaw: R = Rz(yaw) Ry(pitch) Rx(roll)."""
+    cr, sr, cp, sp, cy, sy = np.cos(roll), np.sin(roll), np.cos(pitch), np.sin(pitch), np.cos(yaw), np.sin(yaw)
+    return np.array([
+        [cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr],
+        [sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr],
+        [-sp, cp * sr, cp * cr],
+    ])
+
+
+def matrix_to_quat(rot: np.ndarray) -> np.ndarray:
+    """Unit quaternion (x, y, z, w), ROS order, of a rotation matrix (Shepperd's method, w >= 0)."""
+    m = np.asarray(rot, dtype=float)
+    trace = m[0, 0] + m[1, 1] + m[2, 2]
+    if trace > 0:
+        s = 2.0 * np.sqrt(trace + 1.0)
+        w, x, y, z = 0.25 * s, (m[2, 1] - m[1, 2]) / s, (m[0, 2] - m[2, 0]) / s, (m[1, 0] - m[0, 1]) / s
+    elif m[0, 0] > m[1, 1] and m[0, 0] > m[2, 2]:
+        s = 2.0 * np.sqrt(1.0 + m[0, 0] - m[1, 1] - m[2, 2])
+        w, x, y, z = (m[2, 1] - m[1, 2]) / s, 0.25 * s, (m[0, 1] + m[1, 0]) / s, (m[0, 2] + m[2, 0]) / s
+    elif m[1, 1] > m[2, 2]:
+        s = 2.0 * np.sqrt(1.0 + m[1, 1] - m[0, 0] - m[2, 2])
+        w, x, y, z = (m[0, 2] - m[2, 0]) / s, (m[0, 1] + m[1, 0]) / s, 0.25 * s, (m[1, 2] + m[2, 1]) / s
+    else:
+        s = 2.0 * np.sqrt(1.0 + m[2, 2] - m[0, 0] - m[1, 1])
+        w, x, y, z = (m[1, 0] - m[0, 1]) / s, (m[0, 2] + m[2, 0]) / s, (m[1, 2] + m[2, 1]) / s, 0.25 * s
+    quat = np.array([x, y, z, w])
+    return quat if w >= 0 else -quat
+
+
+def _axis_angle(axis: np.ndarray, angle: float) -> np.ndarray:
+    """Rotation by ``angle`` about the unit ``axis`` (Rodrigues)."""
+    x, y, z = axis
+    k = np.array([[0, -z, y], [z, 0, -x], [-y, x, 0]])
+    return np.eye(3) + np.sin(angle) * k + (1 - np.cos(angle)) * (k @ k)
+
+
+@dataclass(frozen=True)
+class _Joint:
+    """One URDF joint on the chain: its fixed origin in the parent link and its moving axis."""
+
+    name: str
+    position: np.ndarray      # child origin in the parent link frame at q = 0, m
+    rotation: np.ndarray      # child orientation in the parent link frame at q = 0
+    joint_index: int | None   # index into the robot table's joints; None for a fixed joint
+    axis: np.ndarray          # unit axis in the child (joint) frame
+
+
+class SerialChain:
+    """Pose of the end-effector link in the base link for given joint angles (robot-table order)."""
+
+    def __init__(self, joints: list[_Joint], base: str, tip: str) -> None:
+        self.joints, self.base, self.tip = joints, base, tip
+
+    @classmethod
+    def from_robot(cls, robot: RobotTable) -> SerialChain:
+        """The chain ``tf_frames.base`` -> ``tf_frames.end_effector`` of the robot's URDF."""
+        base, tip = robot.tf_frames.get("base"), robot.tf_frames.get("end_effector")
+        if not base or not tip:
+            raise KinematicsError(f"{robot.name}: the robot table names no tf_frames base/end_effector")
+        return cls.from_urdf(robot.description_path("urdf"), list(robot.joint_names), base, tip)
+
+    @classmethod
+    def from_urdf(cls, path: Path, joint_names: list[str], base: str, tip: str) -> SerialChain:
+        root = ET.parse(path).getroot()
+        by_child = {j.find("child").get("link"): j for j in root.findall("joint")}
+        links = {link.get("name") for link in root.findall("link")}
+        for name in (base, tip):
+            if name not in links:
+                raise KinematicsError(f"{Path(path).name} has no link {name!r}")
+        chain: list[ET.Element] = []
+        link = tip
+        while link != base:
+            joint = by_child.get(link)
+            if joint is None:
+                raise KinematicsError(f"{Path(path).name}: link {tip!r} is not below {base!r}")
+            chain.append(joint)
+            link = joint.find("parent").get("link")
+        return cls([cls._joint(j, joint_names, Path(path).name) for j in reversed(chain)], base, tip)
+
+    @staticmethod
+    def _joint(joint: ET.Element, joint_names: list[str], source: str) -> _Joint:
+        name, kind = joint.get("name"), joint.get("type")
+        origin = joint.find("origin")
+        xyz = [float(v) for v in (origin.get("xyz", "0 0 0") if origin is not None else "0 0 0").split()]
+        rpy = [float(v) for v in (origin.get("rpy", "0 0 0") if origin is not None else "0 0 0").split()]
+        if kind == "fixed":
+            return _Joint(name, np.array(xyz), rpy_to_matrix(*rpy), None, np.zeros(3))
+        if kind not in ("revolute", "continuous"):
+            raise KinematicsError(f"{source}: joint {name!r} of type {kind!r} is not supported")
+        if name not in joint_names:
+            raise KinematicsError(f"{source}: joint {name!r} on the chain is not a robot-table joint")
+        axis_el = joint.find("axis")
+        axis = np.array([float(v) for v in (axis_el.get("xyz") if axis_el is not None else "1 0 0").split()])
+        return _Joint(name, np.array(xyz), rpy_to_matrix(*rpy), joint_names.index(name),
+                      axis / np.linalg.norm(axis))
+
+    def pose(self, joint_positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(position [3] m, rotation [3, 3]) of the tip link in the base link frame."""
+        rot, pos = np.eye(3), np.zeros(3)
+        for joint in self.joints:
+            pos = pos + rot @ joint.position
+            rot = rot @ joint.rotation
+            if joint.joint_index is not None:
+                rot = rot @ _axis_angle(joint.axis, float(joint_positions[joint.joint_index]))
+        return pos, rot
