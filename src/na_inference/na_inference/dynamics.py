@@ -1,0 +1,396 @@
+"""Differentiable rigid-body dynamics of a robot arm in torch (training only; never imported at run time).
+
+The torque surrogate is trained without torque labels by rolling the predicted torques through a
+simulator and comparing the simulated joints with the recorded ones (method.md), so the simulator has to
+be differentiable, batched and cheap on a CPU. This module is our own: the kinematic tree and inertias
+are read once from the robot's MJCF through ``mujoco.MjModel`` (the same numbers MuJoCo itself uses),
+then everything runs in torch in the world frame:
+
+* RNEA (recursive Newton-Euler) gives the bias forces C(q, qd) qd + g(q),
+* CRBA (composite rigid bodies) gives the joint-space mass matrix M(q) (+ the actuator armature),
+* a Cholesky solve gives the forward dynamics qdd = M^-1 (tau + J^T f - bias - damping - friction),
+* semi-implicit Euler with substeps integrates it, with the torque clipped to the actuator limit.
+
+Spatial vectors are 6-vectors [angular; linear] expressed at the world origin, so no frame transforms
+are needed between bodies. Bodies carry zero or one hinge/slide joint; joints of the description that
+are not in the robot table are locked at their reference position. Dry friction is the smooth
+``frictionloss * tanh(qd / friction_velocity)`` (MuJoCo solves it as a constraint, which is not smooth).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from na_description.robot_table import RobotTable, load_robot
+
+HINGE, SLIDE, FIXED = 3, 2, -1  # MuJoCo's mjJNT_HINGE / mjJNT_SLIDE; FIXED = no (or a locked) joint
+
+
+class DynamicsError(ValueError):
+    """The description holds something this module cannot simulate (free/ball joints, several joints in a body)."""
+
+
+@dataclass(frozen=True)
+class ChainDescription:
+    """Kinematic tree and inertias in numpy float64, one entry per body except the world body.
+
+    ``parent`` indexes this list (-1 = world); ``dof`` is the generalized coordinate index of the body's
+    joint (-1 for a fixed body). Local poses follow MuJoCo: body frame = parent frame * (pos, rot), then
+    the joint rotates (hinge) or translates (slide) about ``joint_axis`` through ``joint_pos``.
+    """
+
+    body_names: tuple[str, ...]
+    parent: np.ndarray        # [nb] int
+    pos: np.ndarray           # [nb, 3]
+    rot: np.ndarray           # [nb, 3, 3]
+    joint_type: np.ndarray    # [nb] int (HINGE, SLIDE, FIXED)
+    joint_axis: np.ndarray    # [nb, 3]
+    joint_pos: np.ndarray     # [nb, 3]
+    joint_ref: np.ndarray     # [nb] qpos0 (hinge/slide) or the locked value
+    dof: np.ndarray           # [nb] int
+    mass: np.ndarray          # [nb]
+    inertia_pos: np.ndarray   # [nb, 3] centre of mass in the body frame
+    inertia_rot: np.ndarray   # [nb, 3, 3] principal axes in the body frame
+    inertia_diag: np.ndarray  # [nb, 3] principal moments
+    joint_names: tuple[str, ...]  # one per dof, in dof order
+    armature: np.ndarray      # [n]
+    damping: np.ndarray       # [n]
+    frictionloss: np.ndarray  # [n]
+    gravity: np.ndarray       # [3]
+    site_body: int            # body index carrying the force site (-1: none)
+    site_pos: np.ndarray      # [3] in that body's frame
+
+    @property
+    def n_dof(self) -> int:
+        return len(self.joint_names)
+
+
+def _quat_to_matrix(quat: np.ndarray) -> np.ndarray:
+    w, x, y, z = np.asarray(quat, dtype=np.float64) / np.linalg.norm(quat)
+    return np.array([
+        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+    ])
+
+
+def chain_from_mjmodel(model, joint_names: tuple[str, ...] | None = None, site: str | None = None) -> ChainDescription:
+    """Read the tree of a ``mujoco.MjModel``; ``joint_names`` picks (and orders) the simulated joints."""
+    import mujoco
+
+    all_joints = tuple(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j) for j in range(model.njnt))
+    wanted = tuple(joint_names) if joint_names is not None else all_joints
+    missing = [name for name in wanted if name not in all_joints]
+    if missing:
+        raise DynamicsError(f"joints {missing} are not in the description (it has {list(all_joints)})")
+    nb = model.nbody - 1
+    parent = np.asarray(model.body_parentid[1:], dtype=np.int64) - 1
+    joint_type = np.full(nb, FIXED, dtype=np.int64)
+    axis = np.zeros((nb, 3))
+    jpos = np.zeros((nb, 3))
+    ref = np.zeros(nb)
+    dof = np.full(nb, -1, dtype=np.int64)
+    for b in range(nb):
+        count, first = int(model.body_jntnum[b + 1]), int(model.body_jntadr[b + 1])
+        if count == 0:
+            continue
+        if count > 1:
+            raise DynamicsError(f"body {model.body(b + 1).name!r} has {count} joints; one per body is supported")
+        jtype = int(model.jnt_type[first])
+        if jtype not in (HINGE, SLIDE):
+            raise DynamicsError(f"joint {all_joints[first]!r} is not a hinge or slide joint (type {jtype})")
+        joint_type[b] = jtype
+        axis[b] = model.jnt_axis[first]
+        jpos[b] = model.jnt_pos[first]
+        ref[b] = model.qpos0[model.jnt_qposadr[first]]
+        if all_joints[first] in wanted:
+            dof[b] = wanted.index(all_joints[first])
+    dof_joint = [int(mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, name)) for name in wanted]
+    dof_adr = [int(model.jnt_dofadr[j]) for j in dof_joint]
+    site_body, site_pos = -1, np.zeros(3)
+    if site is not None:
+        sid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, site)
+        if sid < 0:
+            raise DynamicsError(f"site {site!r} is not in the description")
+        site_body, site_pos = int(model.site_bodyid[sid]) - 1, np.array(model.site_pos[sid], dtype=np.float64)
+    return ChainDescription(
+        body_names=tuple(model.body(b + 1).name for b in range(nb)),
+        parent=parent,
+        pos=np.array(model.body_pos[1:], dtype=np.float64),
+        rot=np.stack([_quat_to_matrix(q) for q in model.body_quat[1:]]),
+        joint_type=joint_type, joint_axis=axis, joint_pos=jpos, joint_ref=ref, dof=dof,
+        mass=np.array(model.body_mass[1:], dtype=np.float64),
+        inertia_pos=np.array(model.body_ipos[1:], dtype=np.float64),
+        inertia_rot=np.stack([_quat_to_matrix(q) for q in model.body_iquat[1:]]),
+        inertia_diag=np.array(model.body_inertia[1:], dtype=np.float64),
+        joint_names=wanted,
+        armature=np.array([model.dof_armature[a] for a in dof_adr], dtype=np.float64),
+        damping=np.array([model.dof_damping[a] for a in dof_adr], dtype=np.float64),
+        frictionloss=np.array([model.dof_frictionloss[a] for a in dof_adr], dtype=np.float64),
+        gravity=np.array(model.opt.gravity, dtype=np.float64),
+        site_body=site_body, site_pos=site_pos,
+    )
+
+
+def load_mjmodel(robot: RobotTable):
+    """The robot's MJCF (or, without one, its URDF) as a ``mujoco.MjModel``."""
+    import mujoco
+
+    kind = "mjcf" if "mjcf" in robot.description else "urdf"
+    path: Path = robot.description_path(kind)
+    return mujoco.MjModel.from_xml_path(str(path))
+
+
+def chain_for_robot(robot: str | RobotTable) -> ChainDescription:
+    """The chain of a robot table's description: its joints in table order, force at its grasp site."""
+    table = load_robot(robot) if isinstance(robot, str) else robot
+    return chain_from_mjmodel(load_mjmodel(table), table.joint_names, table.frames.get("grasp_site"))
+
+
+def _skew(v: torch.Tensor) -> torch.Tensor:
+    """[..., 3] -> [..., 3, 3] with skew(a) @ b = a x b."""
+    zero = torch.zeros_like(v[..., 0])
+    x, y, z = v.unbind(-1)
+    return torch.stack([
+        torch.stack([zero, -z, y], -1),
+        torch.stack([z, zero, -x], -1),
+        torch.stack([-y, x, zero], -1),
+    ], -2)
+
+
+def _axis_angle(axis: torch.Tensor, angle: torch.Tensor) -> torch.Tensor:
+    """Rotation matrices [B, 3, 3] about a fixed unit ``axis`` [3] by ``angle`` [B] (Rodrigues)."""
+    k = _skew(axis)
+    s, c = torch.sin(angle)[:, None, None], torch.cos(angle)[:, None, None]
+    eye = torch.eye(3, dtype=axis.dtype, device=axis.device)
+    return eye + s * k + (1 - c) * (k @ k)
+
+
+def _cross_motion(v: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """Spatial motion cross product v x m for [B, 6] vectors [angular; linear]."""
+    w, vo = v[:, :3], v[:, 3:]
+    return torch.cat([torch.linalg.cross(w, m[:, :3]), torch.linalg.cross(w, m[:, 3:]) + torch.linalg.cross(vo, m[:, :3])], -1)
+
+
+def _cross_force(v: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+    """Spatial force cross product v x* f for [B, 6] vectors [angular; linear]."""
+    w, vo = v[:, :3], v[:, 3:]
+    return torch.cat([torch.linalg.cross(w, f[:, :3]) + torch.linalg.cross(vo, f[:, 3:]), torch.linalg.cross(w, f[:, 3:])], -1)
+
+
+@dataclass
+class Kinematics:
+    """World poses, joint motion subspaces and spatial inertias of every body for a batch of q."""
+
+    rot: list[torch.Tensor]       # [B, 3, 3] per body
+    pos: list[torch.Tensor]       # [B, 3] per body origin
+    motion: list[torch.Tensor | None]  # [B, 6] joint motion subspace (None: fixed body)
+    inertia: list[torch.Tensor]   # [B, 6, 6] spatial inertia at the world origin
+
+
+class RigidBodyDynamics(nn.Module):
+    """Batched, differentiable dynamics of a tree of rigid bodies (see the module docstring).
+
+    All methods take ``q``, ``qd`` of shape [B, n] in the module's dtype; forces are world-frame N.
+    """
+
+    def __init__(self, chain: ChainDescription, torque_limit: float | np.ndarray | None = None,
+                 friction_velocity: float = 0.05, dtype: torch.dtype = torch.float64) -> None:
+        super().__init__()
+        self.chain = chain
+        self.n = chain.n_dof
+        self.friction_velocity = float(friction_velocity)
+
+        def buf(name: str, value: np.ndarray) -> None:
+            self.register_buffer(name, torch.tensor(np.array(value, dtype=np.float64)).to(dtype), persistent=False)
+
+        buf("body_pos", chain.pos)
+        buf("body_rot", chain.rot)
+        buf("joint_axis", chain.joint_axis)
+        buf("joint_pos", chain.joint_pos)
+        buf("joint_ref", chain.joint_ref)
+        buf("mass", chain.mass)
+        buf("inertia_pos", chain.inertia_pos)
+        # Rotational inertia about the COM in the body frame: R diag(I) R^T.
+        buf("inertia_body", np.einsum("bij,bj,bkj->bik", chain.inertia_rot, chain.inertia_diag, chain.inertia_rot))
+        buf("armature", chain.armature)
+        buf("damping", chain.damping)
+        buf("frictionloss", chain.frictionloss)
+        buf("gravity", chain.gravity)
+        buf("site_pos", chain.site_pos)
+        limit = np.full(self.n, np.inf) if torque_limit is None else np.broadcast_to(np.asarray(torque_limit, float), (self.n,))
+        buf("torque_limit", limit)
+        self._parents = [int(p) for p in chain.parent]
+        self._types = [int(t) for t in chain.joint_type]
+        self._dofs = [int(d) for d in chain.dof]
+
+    @classmethod
+    def for_robot(cls, robot: str | RobotTable, dtype: torch.dtype = torch.float64, **kwargs) -> RigidBodyDynamics:
+        """Dynamics of a robot table's description with its actuator torque limit (if the table gives one)."""
+        table = load_robot(robot) if isinstance(robot, str) else robot
+        kwargs.setdefault("torque_limit", table.actuator.get("torque_limit_nm"))
+        return cls(chain_for_robot(table), dtype=dtype, **kwargs)
+
+    # ---------------------------------------------------------------- kinematics
+    def kinematics(self, q: torch.Tensor) -> Kinematics:
+        batch = q.shape[0]
+        eye = torch.eye(3, dtype=q.dtype, device=q.device).expand(batch, 3, 3)
+        origin = q.new_zeros(batch, 3)
+        rots: list[torch.Tensor] = []
+        poss: list[torch.Tensor] = []
+        motions: list[torch.Tensor | None] = []
+        inertias: list[torch.Tensor] = []
+        for b, par in enumerate(self._parents):
+            rp, pp = (eye, origin) if par < 0 else (rots[par], poss[par])
+            rot = rp @ self.body_rot[b]
+            pos = pp + rp @ self.body_pos[b]
+            motion = None
+            jtype, d = self._types[b], self._dofs[b]
+            if jtype != FIXED:
+                value = (q[:, d] if d >= 0 else q.new_zeros(batch)) - self.joint_ref[b]
+                axis_world = rot @ self.joint_axis[b]
+                if jtype == HINGE:
+                    anchor = pos + rot @ self.joint_pos[b]
+                    if d >= 0 or not torch.all(value == 0):
+                        rot = rot @ _axis_angle(self.joint_axis[b], value)
+                    pos = anchor - rot @ self.joint_pos[b]
+                    if d >= 0:
+                        motion = torch.cat([axis_world, torch.linalg.cross(anchor, axis_world)], -1)
+                else:
+                    pos = pos + axis_world * value[:, None]
+                    if d >= 0:
+                        motion = torch.cat([torch.zeros_like(axis_world), axis_world], -1)
+            rots.append(rot)
+            poss.append(pos)
+            motions.append(motion)
+            inertias.append(self._spatial_inertia(b, rot, pos))
+        return Kinematics(rots, poss, motions, inertias)
+
+    def _spatial_inertia(self, b: int, rot: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """6x6 spatial inertia of body ``b`` about the world origin: [[Ic + m cx cx^T, m cx], [m cx^T, m 1]]."""
+        m = self.mass[b]
+        com = pos + rot @ self.inertia_pos[b]
+        inertia_com = rot @ self.inertia_body[b] @ rot.transpose(1, 2)
+        cx = _skew(com)
+        eye = torch.eye(3, dtype=pos.dtype, device=pos.device).expand_as(inertia_com)
+        top = torch.cat([inertia_com + m * cx @ cx.transpose(1, 2), m * cx], -1)
+        bottom = torch.cat([m * cx.transpose(1, 2), m * eye], -1)
+        return torch.cat([top, bottom], -2)
+
+    # ---------------------------------------------------------------- dynamics terms
+    def rnea(self, q: torch.Tensor, qd: torch.Tensor, qdd: torch.Tensor, kin: Kinematics | None = None) -> torch.Tensor:
+        """Inverse dynamics of the rigid bodies: M(q) qdd + C(q, qd) qd + g(q) (no armature/damping/friction)."""
+        kin = kin or self.kinematics(q)
+        batch = q.shape[0]
+        base_acc = torch.cat([q.new_zeros(batch, 3), (-self.gravity).expand(batch, 3)], -1)
+        zero = q.new_zeros(batch, 6)
+        vel: list[torch.Tensor] = []
+        acc: list[torch.Tensor] = []
+        forces: list[torch.Tensor] = []
+        for b, par in enumerate(self._parents):
+            v, a = (zero, base_acc) if par < 0 else (vel[par], acc[par])
+            s, d = kin.motion[b], self._dofs[b]
+            if s is not None:
+                sv = s * qd[:, d:d + 1]
+                v = v + sv
+                a = a + s * qdd[:, d:d + 1] + _cross_motion(v, sv)
+            vel.append(v)
+            acc.append(a)
+            inertia = kin.inertia[b]
+            forces.append((inertia @ a[:, :, None])[:, :, 0] + _cross_force(v, (inertia @ v[:, :, None])[:, :, 0]))
+        tau: list[torch.Tensor | None] = [None] * self.n
+        for b in range(len(self._parents) - 1, -1, -1):
+            par = self._parents[b]
+            if kin.motion[b] is not None:
+                tau[self._dofs[b]] = (kin.motion[b] * forces[b]).sum(-1)
+            if par >= 0:
+                forces[par] = forces[par] + forces[b]
+        return torch.stack(tau, -1)
+
+    def bias_forces(self, q: torch.Tensor, qd: torch.Tensor, kin: Kinematics | None = None) -> torch.Tensor:
+        """C(q, qd) qd + g(q), MuJoCo's ``qfrc_bias``."""
+        return self.rnea(q, qd, torch.zeros_like(qd), kin)
+
+    def mass_matrix(self, q: torch.Tensor, kin: Kinematics | None = None, armature: bool = True) -> torch.Tensor:
+        """Joint-space inertia M(q) by CRBA [B, n, n]; with ``armature`` it matches MuJoCo's ``mj_fullM``."""
+        kin = kin or self.kinematics(q)
+        composite = list(kin.inertia)
+        for b in range(len(self._parents) - 1, -1, -1):
+            par = self._parents[b]
+            if par >= 0:
+                composite[par] = composite[par] + composite[b]
+        entries: dict[tuple[int, int], torch.Tensor] = {}
+        for b in range(len(self._parents)):
+            s = kin.motion[b]
+            if s is None:
+                continue
+            force = (composite[b] @ s[:, :, None])[:, :, 0]
+            i = self._dofs[b]
+            entries[i, i] = (s * force).sum(-1)
+            anc = self._parents[b]
+            while anc >= 0:
+                if kin.motion[anc] is not None:
+                    j = self._dofs[anc]
+                    entries[i, j] = entries[j, i] = (kin.motion[anc] * force).sum(-1)
+                anc = self._parents[anc]
+        zero = q.new_zeros(q.shape[0])
+        mass = torch.stack([torch.stack([entries.get((i, j), zero) for j in range(self.n)], -1) for i in range(self.n)], -2)
+        if armature:
+            mass = mass + torch.diag_embed(self.armature.expand_as(q))
+        return mass
+
+    def site_position(self, q: torch.Tensor, kin: Kinematics | None = None) -> torch.Tensor:
+        """World position [B, 3] of the force site (the grasp site of the robot table)."""
+        if self.chain.site_body < 0:
+            raise DynamicsError("this chain has no force site")
+        kin = kin or self.kinematics(q)
+        b = self.chain.site_body
+        return kin.pos[b] + kin.rot[b] @ self.site_pos
+
+    def site_jacobian(self, q: torch.Tensor, kin: Kinematics | None = None) -> torch.Tensor:
+        """Translational Jacobian [B, 3, n] of the force site (MuJoCo's ``mj_jacSite`` jacp)."""
+        kin = kin or self.kinematics(q)
+        point = self.site_position(q, kin)
+        columns = [q.new_zeros(q.shape[0], 3) for _ in range(self.n)]
+        b = self.chain.site_body
+        while b >= 0:
+            s = kin.motion[b]
+            if s is not None:
+                # Velocity of the point for a unit joint rate: v_O + w x p.
+                columns[self._dofs[b]] = s[:, 3:] + torch.linalg.cross(s[:, :3], point)
+            b = self._parents[b]
+        return torch.stack(columns, -1)
+
+    def passive_forces(self, qd: torch.Tensor) -> torch.Tensor:
+        """Joint damping plus smooth dry friction (both oppose the motion)."""
+        friction = self.frictionloss * torch.tanh(qd / self.friction_velocity) if self.friction_velocity > 0 else 0.0
+        return -self.damping * qd - friction
+
+    def forward_dynamics(self, q: torch.Tensor, qd: torch.Tensor, tau: torch.Tensor,
+                         force: torch.Tensor | None = None) -> torch.Tensor:
+        """qdd = M^-1 (tau + J^T f + passive - bias), by a batched Cholesky solve."""
+        kin = self.kinematics(q)
+        rhs = tau + self.passive_forces(qd) - self.bias_forces(q, qd, kin)
+        if force is not None:
+            rhs = rhs + (self.site_jacobian(q, kin).transpose(1, 2) @ force[:, :, None])[:, :, 0]
+        chol = torch.linalg.cholesky(self.mass_matrix(q, kin))
+        return torch.cholesky_solve(rhs[:, :, None], chol)[:, :, 0]
+
+    def clip_torque(self, tau: torch.Tensor) -> torch.Tensor:
+        return torch.maximum(torch.minimum(tau, self.torque_limit), -self.torque_limit)
+
+    def step(self, q: torch.Tensor, qd: torch.Tensor, tau: torch.Tensor, dt: float, substeps: int = 5,
+             force: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Advance by ``dt``: the clipped torque (and force) held for ``substeps`` semi-implicit Euler steps."""
+        tau = self.clip_torque(tau)
+        h = dt / substeps
+        for _ in range(substeps):
+            qdd = self.forward_dynamics(q, qd, tau, force)
+            qd = qd + h * qdd
+            q = q + h * qd
+        return q, qd
