@@ -85,6 +85,7 @@ class BusStats:
     connects: int = 0
     echo_mismatches: int = 0
     bytes_discarded: int = 0
+    stale_rejected: int = 0      # reads discarded because more replies followed them (late replies)
     servo_errors: dict[int, int] = field(default_factory=dict)   # servo id -> failed reads blamed on it
     last_error: str = ""
 
@@ -203,6 +204,7 @@ class ServoBus(ABC):
         self.port = None
         self.connected = False
         self._needs_quiesce = False
+        self._validate_next = False
         start = robot.bus.telemetry_start
         self.block_start, self.block_length = start, robot.bus.telemetry_length
 
@@ -254,6 +256,7 @@ class ServoBus(ABC):
             raise
         self.connected = True
         self._needs_quiesce = False
+        self._validate_next = True
         self.stats.connects += 1
 
     def close(self) -> None:
@@ -295,6 +298,7 @@ class ServoBus(ABC):
 
     def _failed(self, message: str, error_cls=BusError):
         self._needs_quiesce = True
+        self._validate_next = True
         if self.port is not None:
             self.stats.echo_mismatches = self.port.echo_mismatches
         self.stats.last_error = message
@@ -329,6 +333,20 @@ class ServoBus(ABC):
             # the SDK reads servos in order and stops at the first silent one: blame that one
             self.stats.servo_errors[missing[0]] += 1
             self._failed(f"no fresh telemetry from servo id(s) {missing}", BusReadError)
+        if self._validate_next:
+            # First read after a failure: late replies to an abandoned request may have been taken
+            # for this one's. If the bus is not silent right after it, that happened: discard it.
+            try:
+                leftover = self.port.quiesce(self.quiet_s, self.max_quiet_s)
+            except (OSError, serial.SerialException) as exc:
+                self._lost(exc)
+            if leftover:
+                self.stats.stale_rejected += 1
+                self.stats.bytes_discarded += leftover
+                self.stats.reads_failed += 1
+                self._failed(f"{leftover} unexpected bytes followed the read: possibly stale replies, "
+                             "sample discarded", BusReadError)
+            self._validate_next = False
         self.stats.reads_ok += 1
         return self._decode(blocks, stamp_ns)
 

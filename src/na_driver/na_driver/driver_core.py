@@ -115,11 +115,13 @@ class DriverCore:
     """One arm: bus + command limiter + fault handling."""
 
     def __init__(self, bus: ServoBus, limiter: CommandLimiter, torque_on_start: bool = True,
-                 torque_off_on_shutdown: bool = True, reconnect_period_s: float = 0.5) -> None:
+                 torque_off_on_shutdown: bool = True, reconnect_period_s: float = 0.5,
+                 release_on_start: bool = False) -> None:
         self.bus = bus
         self.limiter = limiter
         self.torque_on_start = torque_on_start
         self.torque_off_on_shutdown = torque_off_on_shutdown
+        self.release_on_start = release_on_start      # leader arm: make sure torque is off (hand-guided)
         self.reconnect_period_s = reconnect_period_s
         self.counters = DriverCounters()
         self.last_error = ""
@@ -168,6 +170,8 @@ class DriverCore:
                     self.bus.write_goals(hold)     # hold where it stands before the motors engage
                     self.bus.set_torque(True)
                     self.last_goal = hold
+                elif self.release_on_start:
+                    self.bus.set_torque(False)
                 self._needs_start = False          # stays True when torque-on failed: retried next cycle
             else:
                 goal = self.limiter.next_goal()
