@@ -160,6 +160,7 @@ class DynamixelEngine(BusEngine):
         return (total, Request(packet[4], body[0], body[1:], crc_ok))
 
     def status(self, servo: EmulatedServo, error: int, params: bytes = b"") -> Reply:
+        self.ensure_fresh()  # the alert bit reflects the servo's hardware state now
         alert = ALERT_BIT if servo.table.get("hardware_error_status") else 0
         return Reply((servo.servo_id,), build_packet(servo.servo_id, INST_STATUS, bytes([error | alert]) + params),
                      self.return_delay_s(servo))
@@ -184,6 +185,7 @@ class DynamixelEngine(BusEngine):
             return []
         if not request.checksum_ok:
             return [] if sid == BROADCAST_ID else [self.status(targets[0], ERR_CRC)]
+        self.begin_packet()
         effects = PendingEffects()
         try:
             replies = self._dispatch(sid, inst, params, targets, effects)
@@ -273,8 +275,8 @@ class DynamixelEngine(BusEngine):
                 k += 5 + length
             return []
         present = [(s, a, n) for s, a, n in plan if s is not None and self._answers(s, inst)]
-        if present:  # one snapshot for the whole group: every servo samples at the same instant
-            self.snapshot_all()
+        if present:
+            self.ensure_fresh()
         if inst in (INST_FAST_SYNC_READ, INST_FAST_BULK_READ):
             return self._fast_reply([(s, *self.read(s, a, n, refresh=False)) for s, a, n in present])
         replies = []
@@ -312,7 +314,7 @@ class DynamixelEngine(BusEngine):
         if length == 0 or address + length > servo.table.size:
             return ERR_DATA_RANGE, b""
         if refresh:
-            self.refresh([servo], address, length)
+            self.refresh(address, length)
         self._update_tick(servo)
         if not any(self._in_indirect(a) for a in range(address, address + length)):
             return 0, servo.table.read(address, length)

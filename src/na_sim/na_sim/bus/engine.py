@@ -88,6 +88,7 @@ class BusEngine(ABC):
         self._live_span = self._span(self.LIVE_REGISTERS)
         for servo in self.servos.values():
             self.encode_state(servo, states[servo.joint])
+        self._fresh = False
         for servo in self.servos.values():
             backend.set_torque_enabled(servo.joint, initial_torque)
 
@@ -139,19 +140,24 @@ class BusEngine(ABC):
     def servo(self, servo_id: int) -> EmulatedServo | None:
         return self.servos.get(servo_id)
 
-    def refresh(self, servos: Iterable[EmulatedServo], address: int, length: int) -> None:
-        """Pull one backend snapshot into the tables of ``servos`` if the read touches live registers."""
-        lo, hi = self._live_span
-        if not (address < hi and lo < address + length):
-            return
-        states = self.backend.servo_states()
-        for servo in servos:
-            self.encode_state(servo, states[servo.joint])
+    def begin_packet(self) -> None:
+        """A new instruction: the next status packet or live read takes a fresh backend snapshot."""
+        self._fresh = False
 
-    def snapshot_all(self) -> None:
+    def ensure_fresh(self) -> None:
+        """One backend snapshot per instruction packet: every servo samples the same instant."""
+        if getattr(self, "_fresh", False):
+            return
         states = self.backend.servo_states()
         for servo in self.servos.values():
             self.encode_state(servo, states[servo.joint])
+        self._fresh = True
+
+    def refresh(self, address: int, length: int) -> None:
+        """Take the packet's snapshot if a read of [address, address+length) touches live registers."""
+        lo, hi = self._live_span
+        if address < hi and lo < address + length:
+            self.ensure_fresh()
 
     def finite(self, servo: EmulatedServo, name: str, value: float) -> bool:
         """NaN/inf telemetry keeps the register's previous value (a real servo never reports NaN)."""

@@ -79,6 +79,7 @@ class FeetechEngine(BusEngine):
         return (total, Request(packet[2], packet[4], packet[5:-1], ok))
 
     def status(self, servo: EmulatedServo, params: bytes = b"") -> Reply:
+        self.ensure_fresh()  # the error bits reflect the servo's state now
         error = servo.table.get("status") & 0x7F if servo.table.has("status") else 0
         return Reply((servo.servo_id,), build_packet(servo.servo_id, error, params), self.return_delay_s(servo))
 
@@ -86,6 +87,7 @@ class FeetechEngine(BusEngine):
         if not request.checksum_ok:
             return []  # the servo cannot trust a packet with a bad checksum: it stays silent
         sid, inst, params = request.servo_id, request.instruction, request.params
+        self.begin_packet()
         effects = PendingEffects()
         try:
             if sid == BROADCAST_ID:
@@ -106,7 +108,7 @@ class FeetechEngine(BusEngine):
             address, length = params[0], params[1]
             if length == 0 or address + length > servo.table.size:
                 return [self.status(servo, bytes(length))] if length else []
-            self.refresh([servo], address, length)
+            self.refresh(address, length)
             return [self.status(servo, servo.table.read(address, length))]
         if inst in (INST_WRITE, INST_REG_WRITE):
             if len(params) < 2:
@@ -127,7 +129,7 @@ class FeetechEngine(BusEngine):
             servos = [s for s in (self.servo(i) for i in params[2:]) if s is not None]
             if not servos or address + length > servos[0].table.size:
                 return []
-            self.refresh(servos, address, length)  # one snapshot: all servos sample the same instant
+            self.refresh(address, length)  # one snapshot: all servos sample the same instant
             return [self.status(s, s.table.read(address, length)) for s in servos]
         if inst == INST_SYNC_WRITE and len(params) >= 2:
             address, length = params[0], params[1]
