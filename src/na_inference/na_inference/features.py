@@ -304,3 +304,55 @@ class HistoryWindow:
         self._buffer[-1] = frame
         self.filled = min(self.filled + 1, self.spec.window_length)
         return self._buffer.copy()
+
+
+def benchmark(spec: FeatureSpec, traj: Trajectory, repeats: int = 3) -> dict[str, float]:
+    """Per-sample cost of the runtime path (frame + HistoryWindow.push) and per-row cost of the batch path."""
+    import time
+
+    samples = [{q: v[i] for q, v in traj.quantities.items()} for i in range(len(traj))]
+    best_online = best_batch = float("inf")
+    for _ in range(repeats):
+        window = HistoryWindow(spec)
+        start = time.perf_counter()
+        for sample in samples:
+            window.push(spec.frame(sample))
+        best_online = min(best_online, (time.perf_counter() - start) / len(samples))
+        start = time.perf_counter()
+        spec.normalize(spec.windows(spec.frames(traj)))
+        best_batch = min(best_batch, (time.perf_counter() - start) / len(samples))
+    return {"online_us_per_sample": 1e6 * best_online, "batch_us_per_row": 1e6 * best_batch}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m na_inference.features ROOT``: the feature table of a robot and the cost of both paths."""
+    import argparse
+    import sys
+
+    from .nad import find_trajectories, load_trajectory
+
+    parser = argparse.ArgumentParser(prog="python -m na_inference.features",
+                                     description="Fit the default features on NAD files and time the runtime "
+                                                 "(per-sample) and training (batch) paths.")
+    parser.add_argument("root", help="NAD folder")
+    parser.add_argument("--robot", default="so101", choices=sorted(DEFAULT_QUANTITIES))
+    args = parser.parse_args(argv)
+    try:
+        trajs = [load_trajectory(p, args.robot) for p in find_trajectories(args.root, args.robot)]
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    spec = default_spec(args.robot)
+    spec = fit_normalization(spec, [spec.frames(t) for t in trajs])
+    print(f"{args.robot}: {spec.n_features} features x {spec.window_length} tokens, fitted on {len(trajs)} files")
+    print(f"{'feature':28s} {'mean':>10s} {'std':>10s}")
+    for name, m, s in zip(spec.feature_names, spec.mean, spec.std):
+        print(f"{name:28s} {m:10.4f} {s:10.4f}")
+    timing = benchmark(spec, trajs[0])
+    print(f"runtime path (frame + HistoryWindow.push): {timing['online_us_per_sample']:.1f} us/sample; "
+          f"batch path (frames + windows + normalize): {timing['batch_us_per_row']:.2f} us/row")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -188,7 +188,8 @@ class DeployableModel(nn.Module):
 
 def save_checkpoint(path: str | Path, net: NeuralActuatorNet, config: ModelConfig, spec: FeatureSpec,
                     extra: dict[str, Any] | None = None) -> None:
-    """Weights + config + feature spec (as contract metadata) + free ``extra`` (plain types / tensors)."""
+    """Weights + config + feature spec (as contract metadata) + free ``extra`` (plain types / tensors;
+    numpy arrays become tensors, Paths strings), written atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {
@@ -196,11 +197,26 @@ def save_checkpoint(path: str | Path, net: NeuralActuatorNet, config: ModelConfi
         "state_dict": net.state_dict(),
         "config": config.to_dict(),
         "feature_spec": spec.to_metadata(),
-        "extra": dict(extra or {}),
+        "extra": _plain(dict(extra or {})),
     }
     tmp = path.with_name(f".{path.name}.tmp")
     torch.save(payload, tmp)
     tmp.replace(path)
+
+
+def _plain(value: Any) -> Any:
+    """numpy values -> Python/tensors, so the checkpoint loads with ``weights_only=True``."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_plain(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(np.array(value))
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    return value
 
 
 def load_checkpoint(path: str | Path, map_location: str = "cpu") -> tuple[NeuralActuatorNet, ModelConfig, FeatureSpec,

@@ -12,11 +12,14 @@ subset layout of ``../shared/nad`` (the same without ``data/``).
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import math
 import os
 import re
+import sys
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -305,7 +308,10 @@ def condition_labels(robot: str, path: str | os.PathLike) -> np.ndarray | None:
 
 
 def find_trajectories(root: str | os.PathLike, robot: str, split: str | None = "train") -> list[Path]:
-    """All NAD CSV files of ``robot`` under ``root`` (a release folder or the subset layout), sorted.
+    """All NAD CSV files of ``robot`` under ``root``, sorted.
+
+    ``root`` may be a release folder (with ``data/``), the subset layout (``so101/`` ... at the top) or
+    one robot folder itself (``.../so101``, ``.../force_sensor``).
 
     ``split`` None returns every split. Raises FileNotFoundError when nothing matches, saying where it looked.
     """
@@ -318,12 +324,12 @@ def find_trajectories(root: str | os.PathLike, robot: str, split: str | None = "
         raise ValueError(f"split must be one of {SPLITS} or None, not {split!r}")
     looked: list[Path] = []
     found: set[Path] = set()
-    for base in (root, root / "data"):
-        for folder in ROBOT_FOLDERS[robot]:
-            top = base / folder
-            looked.append(top)
-            if top.is_dir():
-                found.update(p for p in top.rglob("*.csv") if split is None or p.parent.name == split)
+    folders = ROBOT_FOLDERS[robot]
+    tops = [root] if root.name in folders else [b / f for b in (root, root / "data") for f in folders]
+    for top in tops:
+        looked.append(top)
+        if top.is_dir():
+            found.update(p for p in top.rglob("*.csv") if split is None or p.parent.name == split)
     if not found:
         raise FileNotFoundError(
             f"no {robot} NAD files (split {split}) under {root}; looked in {', '.join(map(str, looked))}"
@@ -430,3 +436,47 @@ def write_trajectory(path: str | os.PathLike, traj: Trajectory) -> None:
 def robot_table(robot: str | RobotTable) -> RobotTable:
     """Accept a robot name or a RobotTable."""
     return robot if isinstance(robot, RobotTable) else load_robot(robot)
+
+
+def summarize(paths: Sequence[Path], robot: str | None = None) -> list[dict]:
+    """One line of facts per file: task, payload, rows, duration, mean period, labelled force frames."""
+    out = []
+    for path in paths:
+        traj = load_trajectory(path, robot)
+        dt = float(np.mean(np.diff(traj.time))) if len(traj) > 1 else float("nan")
+        out.append({"file": str(path), "robot": traj.robot, "task": traj.task, "payload_kg": traj.payload_kg,
+                    "split": traj.split, "rows": len(traj), "duration_s": float(traj.time[-1] - traj.time[0]),
+                    "mean_dt_s": dt, "force_labelled_frames": int(traj.force_labelled.sum()),
+                    "condition": None if traj.condition is None else traj.condition.tolist()})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m na_inference.nad ROOT --robot so101``: list and check the NAD files under ROOT."""
+    parser = argparse.ArgumentParser(prog="python -m na_inference.nad",
+                                     description="Read every NAD file of a robot under ROOT and summarize it.")
+    parser.add_argument("root", type=Path, help="NAD release folder, the subset layout, or one robot folder")
+    parser.add_argument("--robot", default="so101", choices=sorted(ROBOT_FOLDERS))
+    parser.add_argument("--split", default="train", help="train, validation, test or all")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    try:
+        paths = find_trajectories(args.root, args.robot, None if args.split == "all" else args.split)
+        rows = summarize(paths, args.robot)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    elapsed = time.perf_counter() - start
+    print(f"{'task':32s} {'payload':>8s} {'split':>10s} {'rows':>6s} {'dur s':>7s} {'dt ms':>6s} {'labelled':>8s}")
+    for r in rows:
+        payload = "-" if r["payload_kg"] is None else f"{r['payload_kg']:.3f}"
+        print(f"{r['task'][:32]:32s} {payload:>8s} {r['split'] or '-':>10s} {r['rows']:6d} {r['duration_s']:7.1f} "
+              f"{1e3 * r['mean_dt_s']:6.2f} {r['force_labelled_frames']:8d}")
+    total = sum(r["rows"] for r in rows)
+    print(f"{len(rows)} files, {total} rows, read and converted in {elapsed:.2f} s "
+          f"({1e6 * elapsed / max(total, 1):.1f} us/row)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

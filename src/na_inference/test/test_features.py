@@ -117,3 +117,11 @@ def test_next_row_targets() -> None:
     idx, target = next_row_targets(np.arange(5.0))
     np.testing.assert_array_equal(idx, [0, 1, 2, 3])
     np.testing.assert_array_equal(target, [1, 2, 3, 4])
+
+
+def test_feature_cli_prints_table_and_timing(nad_dir: Path, capsys: pytest.CaptureFixture) -> None:
+    from na_inference.features import main
+
+    assert main([str(nad_dir), "--robot", "omx"]) == 0
+    out = capsys.readouterr().out
+    assert "omx: 36 features x 9 tokens" in out and "aperture/gripper" in out and "us/sample" in out

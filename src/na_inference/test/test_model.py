@@ -90,3 +90,14 @@ def test_checkpoint_round_trip(tmp_path: Path) -> None:
     assert torch.equal(net2.eval()(x)["torque"], net(x)["torque"])
     with pytest.raises(FileNotFoundError):
         load_checkpoint(tmp_path / "nope.pt")
+
+
+def test_checkpoint_extra_with_numpy_loads_safely(tmp_path: Path) -> None:
+    spec = fitted_spec()
+    cfg = ModelConfig.preset("small", 42, 6)
+    path = tmp_path / "m.pt"
+    save_checkpoint(path, NeuralActuatorNet(cfg), cfg, spec,
+                    {"val_curve": np.arange(3.0), "best": np.float32(0.25), "data": [tmp_path]})
+    _, _, _, extra = load_checkpoint(path)
+    assert torch.equal(extra["val_curve"], torch.arange(3.0, dtype=torch.float64))
+    assert extra["best"] == 0.25 and extra["data"] == [str(tmp_path)]

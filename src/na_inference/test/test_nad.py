@@ -183,3 +183,37 @@ def test_format_rejects_wrong_width() -> None:
     traj.quantities["load"] = traj.quantities["load"][:, :5]
     with pytest.raises(NADFormatError, match="'load' has 5 columns"):
         format_trajectory(traj)
+
+
+def test_panda_schema_round_trip(tmp_path: Path) -> None:
+    rows = 6
+    rng = np.random.default_rng(3)
+    names = ("position", "velocity", "velocity_desired", "torque_desired", "torque", "torque_external",
+             "goal_position", "motor_position", "motor_velocity")
+    quantities = {name: rng.normal(size=(rows, 7)) for name in names}
+    quantities.update(gripper_width=rng.uniform(0, 1, rows), wrench_torque=rng.normal(size=(rows, 3)),
+                      lifting=np.array([0, 0, 1, 1, 1, 0.0]))
+    force = np.full((rows, 3), np.nan)
+    force[2:5] = [0.0, 0.0, -3.92]
+    traj = Trajectory("panda", None, "lift_hold", 0.4, np.arange(rows) * 0.016, quantities, force)
+    path = tmp_path / "data" / "franka" / "lift_hold" / "train" / "400_003.csv"
+    write_trajectory(path, traj)
+    header = path.read_text().splitlines()[0].split(",")
+    assert len(header) == 72 and header[-1] == "lifting"
+    back = load_trajectory(path)  # robot detected from the 72-column header
+    assert (back.robot, back.task, back.payload_kg) == ("panda", "lift_hold", 0.4)
+    for name, values in quantities.items():
+        np.testing.assert_array_equal(back.quantities[name], values, err_msg=name)
+    np.testing.assert_array_equal(back.force, force)
+    assert find_trajectories(tmp_path, "panda") == [path]
+
+
+def test_robot_folder_as_root_and_cli(nad_dir: Path, capsys: pytest.CaptureFixture) -> None:
+    assert len(find_trajectories(nad_dir / "so101", "so101")) == 18
+    from na_inference.nad import main
+
+    assert main([str(nad_dir), "--robot", "omx", "--split", "all"]) == 0
+    out = capsys.readouterr().out
+    assert "pick_place_empty_degrade" in out and "7 files" in out
+    assert main([str(nad_dir / "nowhere"), "--robot", "so101"]) == 1
+    assert "does not exist" in capsys.readouterr().err
