@@ -40,6 +40,9 @@ from na_inference.contract import (
 )
 from na_inference.features import FeatureSpec, HistoryWindow
 
+# A sample within this fraction of dt of a grid time completes it (float stamps near 1.7e9 s carry only
+# ~0.24 us of resolution, so exact comparison would miss grid points at random).
+GRID_TOLERANCE = 1e-3
 # Below this gate the gated force carries no usable direction: force_raw is reported as NaN.
 MIN_GATE_FOR_RAW_FORCE = 1e-30
 
@@ -295,7 +298,7 @@ class InferenceEngine:
     def _push_grid(self, stamp: float, frame: np.ndarray) -> tuple[np.ndarray | None, int]:
         """Push the frames of every grid time in (last stamp, stamp], linearly interpolated."""
         window, steps = None, 0
-        tolerance = 1e-9
+        tolerance = GRID_TOLERANCE * self.dt
         t_prev, f_prev = self._last_stamp, self._last_frame
         while True:
             grid_time = self._grid_origin + self._grid_index * self.dt

@@ -15,6 +15,7 @@ from runtime_models import exported_model, shipped_model
 from na_description.robot_table import load_robot
 from na_inference.contract import ModelContractError
 from na_inference.engine import (
+    GRID_TOLERANCE,
     InferenceEngine,
     JointMismatchError,
     ModelFileError,
@@ -95,7 +96,7 @@ def test_engine_resamples_recorded_nad_stamps_onto_the_model_grid(so101_model, n
         if result.output is None:
             assert result.status is SampleStatus.DECIMATED
             continue
-        last_grid_row = int(np.floor((stamp - stamps[0]) / spec.dt + 1e-9))
+        last_grid_row = int(np.floor((stamp - stamps[0]) / spec.dt + GRID_TOLERANCE))
         _assert_output_matches(result.output, expected, last_grid_row)
         assert result.output.stamp == stamp
         compared += 1

@@ -1,0 +1,297 @@
+"""``inference_node``: the ROS 2 shell around the inference engine (numpy + onnxruntime, never torch).
+
+Subscribes ``/actuator_states`` (na_msgs/ActuatorState, sensor-data QoS) and, for every sample that
+completes a model step (see ``engine``: faster telemetry is decimated onto the model's dt grid,
+slower telemetry resampled), publishes with the input sample's header stamp:
+
+* ``/estimated_joint_torques`` sensor_msgs/JointState (effort, N.m)
+* ``/external_wrench`` geometry_msgs/WrenchStamped (gated force, N; torque zero)
+* ``/external_force`` na_msgs/ExternalForceEstimate (gated and raw force, contact probability)
+* ``/motor_condition`` na_msgs/MotorCondition
+* ``/external_wrench_marker`` visualization_msgs/Marker (arrow at the end effector, |F| / marker_scale m)
+
+and ``/diagnostics`` every ``diagnostics_period`` s. A model that is missing, corrupt or made for
+another robot is reported as an ERROR diagnostic; the node keeps running and publishes no estimates.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import Point, WrenchStamped
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.qos import qos_profile_sensor_data
+from sensor_msgs.msg import JointState
+from visualization_msgs.msg import Marker
+
+from na_description.robot_table import RobotTable, RobotTableError, load_robot
+from na_inference.contract import ModelContractError
+from na_inference.engine import (
+    EngineOutput,
+    InferenceEngine,
+    JointMismatchError,
+    SampleStatus,
+    resolve_model_path,
+    select_joints,
+)
+from na_inference.kinematics import KinematicsError, SerialChain
+from na_inference.monitor import RuntimeMonitor, Status
+from na_msgs.msg import ActuatorState, ExternalForceEstimate, MotorCondition
+
+NODE_NAME = "inference_node"
+WRENCH_FRAMES = ("base", "end_effector")
+# ActuatorState fields, by the feature pipeline's quantity names.
+MESSAGE_FIELDS = ("position", "velocity", "goal_position", "current", "load", "voltage", "temperature")
+
+
+def _float_param(description: str, low: float, high: float, step: float = 0.0) -> ParameterDescriptor:
+    return ParameterDescriptor(description=description,
+                               floating_point_range=[FloatingPointRange(from_value=low, to_value=high, step=step)])
+
+
+def _stamp_seconds(msg: ActuatorState) -> float:
+    return msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+
+
+class InferenceNode(Node):
+    """Thin ROS shell: parameters, topics and diagnostics around ``InferenceEngine``."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(NODE_NAME, **kwargs)
+        self.declare_parameter("robot", "so101", ParameterDescriptor(
+            description="robot table name (so101, omx, panda): joint names, frames, default model file"))
+        self.declare_parameter("model_path", "", ParameterDescriptor(
+            description="ONNX model file; empty = the robot table's model.file, looked up in the source "
+                        "checkout, then in <prefix>/share/na_inference/ of AMENT_PREFIX_PATH"))
+        self.declare_parameter("contact_threshold", 0.5, _float_param(
+            "contact probability above which /external_force in_contact is true", 0.0, 1.0))
+        self.declare_parameter("condition_threshold", 0.5, _float_param(
+            "motor condition score below which a joint is reported degraded", 0.0, 1.0))
+        self.declare_parameter("marker_scale", 20.0, _float_param(
+            "force arrow scale in N per metre of arrow length", 0.1, 10000.0))
+        self.declare_parameter("wrench_frame", "base", ParameterDescriptor(
+            description="frame of /external_wrench and /external_force: 'base' (the model's force frame) "
+                        "or 'end_effector' (rotated through forward kinematics of the sample's joint angles)"))
+        self.declare_parameter("max_gap_dt", 5.0, _float_param(
+            "telemetry gap, in model steps, after which the history is reset", 1.0, 1000.0))
+        self.declare_parameter("stale_timeout", 0.5, _float_param(
+            "seconds without telemetry after which diagnostics report the input stale", 0.01, 60.0))
+        self.declare_parameter("diagnostics_period", 1.0, _float_param(
+            "seconds between /diagnostics reports", 0.05, 60.0))
+        self.declare_parameter("intra_op_threads", 1, ParameterDescriptor(
+            description="ONNX Runtime intra-op threads (1 = lowest latency on a shared CPU)",
+            integer_range=[IntegerRange(from_value=1, to_value=64, step=1)]))
+
+        param = self.get_parameter
+        self.contact_threshold = float(param("contact_threshold").value)
+        self.condition_threshold = float(param("condition_threshold").value)
+        self.marker_scale = float(param("marker_scale").value)
+        robot_name = str(param("robot").value)
+        try:
+            self.robot: RobotTable | None = load_robot(robot_name)
+        except RobotTableError as exc:
+            self.robot = None
+            self.get_logger().error(str(exc))
+        joint_names = self.robot.joint_names if self.robot else ()
+        self.monitor = RuntimeMonitor(NODE_NAME, joint_names, self.robot.data_dt if self.robot else None,
+                                      self.condition_threshold, float(param("stale_timeout").value))
+        self.engine: InferenceEngine | None = None
+        self.chain: SerialChain | None = None
+        self.force_frame = ""
+        self.tip_frame = ""
+        self._frame_problem = ""
+        if self.robot is not None:
+            self._load_model(param("model_path").value, float(param("max_gap_dt").value),
+                             int(param("intra_op_threads").value))
+            self._setup_frames(str(param("wrench_frame").value))
+        else:
+            self.monitor.model_failed("", f"unknown robot {robot_name!r}")
+        self._name_cache: tuple[tuple[str, ...], bool] | None = None
+
+        self.torque_pub = self.create_publisher(JointState, "estimated_joint_torques", qos_profile_sensor_data)
+        self.wrench_pub = self.create_publisher(WrenchStamped, "external_wrench", qos_profile_sensor_data)
+        self.force_pub = self.create_publisher(ExternalForceEstimate, "external_force", qos_profile_sensor_data)
+        self.condition_pub = self.create_publisher(MotorCondition, "motor_condition", qos_profile_sensor_data)
+        self.marker_pub = self.create_publisher(Marker, "external_wrench_marker", qos_profile_sensor_data)
+        self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.create_subscription(ActuatorState, "actuator_states", self._on_actuator_state, qos_profile_sensor_data)
+        self.create_timer(float(param("diagnostics_period").value), self._publish_diagnostics)
+
+    # ------------------------------------------------------------------ start-up
+
+    def _load_model(self, override: str, max_gap_dt: float, threads: int) -> None:
+        path = resolve_model_path(self.robot, override or None)
+        try:
+            self.engine = InferenceEngine(path, self.robot, max_gap_dt=max_gap_dt, threads=threads)
+        except ModelContractError as exc:
+            self.get_logger().error(f"model not loaded: {exc}")
+            self.monitor.model_failed(str(path), str(exc))
+            return
+        meta = self.engine.metadata
+        self.force_frame = meta.force_frame
+        self.monitor.model_loaded(str(path), {
+            "path": str(path), "robot": meta.robot, "joints": ",".join(meta.joint_names),
+            "history": str(meta.history), "dt_s": str(self.engine.dt),
+            "features": str(self.engine.spec.n_features), "force_frame": meta.force_frame})
+        self.get_logger().info(f"model {path} loaded: {meta.robot}, history {meta.history}, dt {self.engine.dt} s")
+
+    def _setup_frames(self, wrench_frame: str) -> None:
+        """Forward kinematics for the end-effector frame (wrench option and marker placement)."""
+        if wrench_frame not in WRENCH_FRAMES:
+            self._frame_problem = f"wrench_frame {wrench_frame!r} is not one of {WRENCH_FRAMES}; using base"
+            wrench_frame = "base"
+        self.express_in_tip = wrench_frame == "end_effector"
+        if self.engine is None:
+            return
+        base = self.robot.tf_frames.get("base", "")
+        if self.force_frame == base:
+            try:
+                self.chain = SerialChain.from_robot(self.robot)
+                self.tip_frame = self.chain.tip
+            except (KinematicsError, RobotTableError) as exc:
+                self._frame_problem = f"no forward kinematics ({exc}); wrench stays in {self.force_frame}"
+        else:
+            self._frame_problem = (f"model force frame {self.force_frame!r} is not the base {base!r}: "
+                                   "wrench and marker stay in the model's frame")
+        if self.chain is None:
+            self.express_in_tip = False
+        if self._frame_problem:
+            self.get_logger().warning(self._frame_problem)
+
+    # ------------------------------------------------------------------ per sample
+
+    def _sample(self, msg: ActuatorState) -> dict[str, np.ndarray]:
+        """The message's arrays by quantity, in the model's joint order."""
+        names = tuple(msg.name)
+        if self._name_cache is None or self._name_cache[0] != names:
+            self._name_cache = (names, names == self.engine.joint_names)
+        if self._name_cache[1]:  # already in model order: no reordering copy
+            sample = {}
+            n = len(names)
+            for quantity in self.engine.quantities:
+                values = np.frombuffer(getattr(msg, quantity), dtype=np.float64) if quantity in MESSAGE_FIELDS \
+                    else np.empty(0)
+                if values.shape != (n,):
+                    raise JointMismatchError(f"{quantity} has {values.size} values for {n} joint names")
+                sample[quantity] = values
+            return sample
+        arrays = {q: getattr(msg, q) for q in self.engine.quantities if q in MESSAGE_FIELDS}
+        return select_joints(names, arrays, self.engine.joint_names, self.engine.quantities)
+
+    def _on_actuator_state(self, msg: ActuatorState) -> None:
+        received = time.monotonic()
+        if self.engine is None:
+            self.monitor.record_ignored(received)
+            return
+        try:
+            sample = self._sample(msg)
+        except JointMismatchError as exc:
+            self.monitor.record_rejected(received, SampleStatus.MISSING_JOINTS, str(exc))
+            return
+        stamp = _stamp_seconds(msg)
+        result = self.engine.step(stamp, sample)
+        if result.output is not None:
+            self._publish(msg, sample, result.output)
+        self.monitor.record(received, stamp, result)
+        if result.status is SampleStatus.INFERRED:
+            self.monitor.callback_latency.add(time.monotonic() - received)
+
+    def _publish(self, msg: ActuatorState, sample: dict[str, np.ndarray], out: EngineOutput) -> None:
+        header = msg.header
+        joint_names = list(self.engine.joint_names)
+
+        torques = JointState()
+        torques.header.stamp = header.stamp
+        torques.name = joint_names
+        torques.effort = out.torque.tolist()
+        self.torque_pub.publish(torques)
+
+        force, force_raw, frame = out.force, out.force_raw, self.force_frame
+        rotation = None
+        if self.chain is not None:
+            _, rotation = self.chain.pose(sample["position"])
+            if self.express_in_tip:
+                force, force_raw, frame = rotation.T @ force, rotation.T @ force_raw, self.tip_frame
+
+        wrench = WrenchStamped()
+        wrench.header.stamp, wrench.header.frame_id = header.stamp, frame
+        wrench.wrench.force.x, wrench.wrench.force.y, wrench.wrench.force.z = (float(v) for v in force)
+        self.wrench_pub.publish(wrench)
+
+        estimate = ExternalForceEstimate()
+        estimate.header.stamp, estimate.header.frame_id = header.stamp, frame
+        estimate.force.x, estimate.force.y, estimate.force.z = (float(v) for v in force)
+        estimate.force_raw.x, estimate.force_raw.y, estimate.force_raw.z = (float(v) for v in force_raw)
+        estimate.contact_probability = out.contact_probability
+        estimate.in_contact = out.contact_probability > self.contact_threshold
+        self.force_pub.publish(estimate)
+
+        condition = MotorCondition()
+        condition.header.stamp = header.stamp
+        condition.name = joint_names
+        condition.score = out.condition.tolist()
+        condition.degraded = [bool(s < self.condition_threshold) for s in out.condition]
+        self.condition_pub.publish(condition)
+
+        self.marker_pub.publish(self._marker(header.stamp, out, rotation))
+
+    def _marker(self, stamp, out: EngineOutput, rotation: np.ndarray | None) -> Marker:
+        """Arrow from the end-effector origin along the gated force, |F| / marker_scale metres long."""
+        marker = Marker()
+        marker.header.stamp = stamp
+        marker.ns, marker.id = "external_wrench", 0
+        marker.type, marker.action = Marker.ARROW, Marker.ADD
+        if rotation is not None:  # drawn in the tip frame so RViz places it at the end effector
+            marker.header.frame_id = self.tip_frame
+            vector = rotation.T @ out.force
+        else:
+            marker.header.frame_id = self.force_frame
+            vector = out.force
+        marker.pose.orientation.w = 1.0
+        tip = vector / self.marker_scale
+        marker.points = [Point(), Point(x=float(tip[0]), y=float(tip[1]), z=float(tip[2]))]
+        marker.scale.x, marker.scale.y, marker.scale.z = 0.01, 0.02, 0.02  # shaft, head diameters, head length
+        marker.color.r, marker.color.g, marker.color.b = 1.0, 0.2, 0.1
+        marker.color.a = float(max(0.2, out.contact_probability))
+        return marker
+
+    # ------------------------------------------------------------------ diagnostics
+
+    def _publish_diagnostics(self) -> None:
+        statuses = self.monitor.report(time.monotonic())
+        if self._frame_problem:
+            statuses.append(Status(f"{NODE_NAME}: frames", 1, self._frame_problem))
+        array = DiagnosticArray()
+        array.header.stamp = self.get_clock().now().to_msg()
+        array.status = [self._to_msg(status) for status in statuses]
+        self.diagnostics_pub.publish(array)
+
+    @staticmethod
+    def _to_msg(status: Status) -> DiagnosticStatus:
+        msg = DiagnosticStatus()
+        msg.level = bytes([status.level])
+        msg.name, msg.message, msg.hardware_id = status.name, status.message, NODE_NAME
+        msg.values = [KeyValue(key=k, value=v) for k, v in status.values.items()]
+        return msg
+
+
+def main(args: Sequence[str] | None = None) -> None:
+    rclpy.init(args=args)
+    node = InferenceNode()
+    try:
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()
