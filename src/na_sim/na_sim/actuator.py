@@ -148,7 +148,7 @@ class ServoBank:
         self.feedforward = np.zeros(n_joints)        # N.m (e.g. gravity compensation of the Panda)
         self.p_gain = np.broadcast_to(np.asarray(params.p_gain, float), (n_joints,)).copy()
         self.d_gain = np.broadcast_to(np.asarray(params.d_gain, float), (n_joints,)).copy()
-        window = max(1, int(round(params.velocity_window_s / timestep)))
+        window = max(1, round(params.velocity_window_s / timestep))
         self._count_history = np.zeros((window + 1, n_joints))
         self._history_filled = False
         self._history_index = 0

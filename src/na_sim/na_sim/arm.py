@@ -118,7 +118,7 @@ class SimulatedArm:
         self.data = mujoco.MjData(self.model)
         self.rng = np.random.default_rng(seed)
         self.bank = ServoBank(self.params, self.robot.n_joints, self.rng, self.model.opt.timestep)
-        self._lock = threading.RLock()
+        self.lock = threading.RLock()   # held while stepping; take it to change several things at once
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         # Torque-controlled arms (the Panda's joint impedance controller) compensate gravity.
@@ -160,7 +160,7 @@ class SimulatedArm:
 
     def reset(self, q: np.ndarray) -> None:
         """At rest at joint angles ``q`` (clipped to the limits), goals = ``q``, time 0."""
-        with self._lock:
+        with self.lock:
             q = np.clip(np.asarray(q, float), self.robot.position_min, self.robot.position_max)
             mujoco.mj_resetData(self.model, self.data)
             self.data.qpos[self._qadr] = q
@@ -169,14 +169,14 @@ class SimulatedArm:
 
     # -- ArmBackend ------------------------------------------------------------------------------
     def servo_states(self) -> list[ServoState]:
-        with self._lock:
+        with self.lock:
             r = self.bank.readings()
             return [ServoState(float(r.position[j]), float(r.velocity[j]), float(r.load[j]),
                                float(r.current[j]), float(r.voltage[j]), float(r.temperature[j]),
                                bool(r.moving[j])) for j in range(self.n_joints)]
 
     def set_goal_positions(self, goals: Mapping[int, float]) -> None:
-        with self._lock:
+        with self.lock:
             for joint, goal in goals.items():
                 if not 0 <= joint < self.n_joints:
                     raise IndexError(f"{self.robot.name} has no joint index {joint}")
@@ -189,12 +189,12 @@ class SimulatedArm:
         self.set_goal_positions({j: float(g) for j, g in enumerate(goals)})
 
     def set_torque_enabled(self, joint: int, enabled: bool) -> None:
-        with self._lock:
+        with self.lock:
             self.bank.torque_enabled[joint] = bool(enabled)
 
     def set_gains(self, joint: int, p_gain: float | None = None, d_gain: float | None = None) -> None:
         """Position-loop gains in register units (what a P/D coefficient write sets)."""
-        with self._lock:
+        with self.lock:
             if p_gain is not None:
                 self.bank.p_gain[joint] = p_gain
             if d_gain is not None:
@@ -205,20 +205,22 @@ class SimulatedArm:
         """Hang a point-like payload of ``mass_kg`` at the grasp site (0 = release it)."""
         if not mass_kg >= 0.0:
             raise ValueError(f"payload mass must be >= 0 kg, got {mass_kg}")
-        with self._lock:
+        with self.lock:
             self.payload_mass = float(mass_kg)
             self.model.body_mass[self._payload_body] = mass_kg
             self.model.body_inertia[self._payload_body] = 0.4 * mass_kg * PAYLOAD_RADIUS**2
-            mujoco.mj_setConst(self.model, self.data)
 
     def set_push(self, force_world: np.ndarray | None) -> None:
         """A known world-frame force (N) at the grasp site; None or zeros ends the push."""
-        with self._lock:
+        with self.lock:
             self.push_force = np.zeros(3) if force_world is None else np.asarray(force_world, float).copy()
 
-    def set_surface(self, height: float | None, center_xy: tuple[float, float] = (0.0, 0.0)) -> None:
-        """A rigid horizontal surface whose top is at ``height`` (m, world z); None removes it."""
-        with self._lock:
+    def set_surface(self, height: float | None, center_xy: tuple[float, float] | None = None) -> None:
+        """A rigid horizontal 0.6 m square surface whose top is at ``height`` (m, world z), centred
+        at ``center_xy`` (default: under the grasp site now); None removes it."""
+        with self.lock:
+            if center_xy is None:
+                center_xy = tuple(self.data.xpos[self._payload_body][:2])
             half = self.model.geom_size[self._surface_geom][2]
             if height is None:
                 self.model.geom_pos[self._surface_geom] = [0.0, 0.0, FAR_AWAY]
@@ -227,24 +229,24 @@ class SimulatedArm:
 
     def set_restriction(self, joint: int, extra_friction_nm: float) -> None:
         """Extra gearbox friction on ``joint`` (a degraded/restricted motor); 0 restores it."""
-        with self._lock:
+        with self.lock:
             self.bank.extra_friction[joint] = max(0.0, float(extra_friction_nm))
             self.condition[joint] = 0.0 if extra_friction_nm > 0 else 1.0
 
     def grasp_position(self) -> np.ndarray:
         """World position of the grasp site (where payloads hang and pushes act)."""
-        with self._lock:
+        with self.lock:
             return self.data.xpos[self._payload_body].copy()
 
     # -- stepping --------------------------------------------------------------------------------
     def step(self, n: int = 1) -> None:
         """Advance ``n`` physics steps (timestep seconds each)."""
-        with self._lock:
+        with self.lock:
             for _ in range(n):
                 self._step_once()
 
     def advance(self, seconds: float) -> None:
-        self.step(max(1, int(round(seconds / self.timestep))))
+        self.step(max(1, round(seconds / self.timestep)))
 
     def _step_once(self) -> None:
         m, d, dof = self.model, self.data, self._dofadr
@@ -266,7 +268,7 @@ class SimulatedArm:
         self._record_truth(torque, viscous * qd_before)
 
     def _record_truth(self, torque: np.ndarray, viscous_torque: np.ndarray) -> None:
-        m, d = self.model, self.data
+        d = self.data
         delivered = torque - viscous_torque
         nefc = d.nefc
         rows = np.nonzero(d.efc_type[:nefc] == mujoco.mjtConstraint.mjCNSTR_FRICTION_DOF)[0]
@@ -293,7 +295,7 @@ class SimulatedArm:
         return total
 
     def truth(self) -> GroundTruth:
-        with self._lock:
+        with self.lock:
             t = self.last_truth
             return GroundTruth(t.joint_torque.copy(), t.external_force.copy(), t.contact, t.condition.copy())
 
