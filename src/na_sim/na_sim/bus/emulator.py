@@ -280,9 +280,9 @@ class BusEmulator:
 
     def _reply(self, replies: list[Reply], request_length: int, received_at: float) -> None:
         sent_bytes = request_length
+        faults = self._faults  # one fault configuration for the whole instruction
         for reply in replies:
             data = reply.data
-            faults = self._faults
             if faults is not None and faults.applies_to(reply):
                 if faults.drop and self._rng.random() < faults.drop:
                     self.stats.dropped += 1
