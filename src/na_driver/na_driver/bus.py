@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import math
 import select
+import termios
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -238,7 +239,7 @@ class ServoBus(ABC):
         try:
             if not port.openPort() or not port.setBaudRate(self.baudrate):
                 raise BusDisconnectedError(f"cannot open {self.port_name} at {self.baudrate} baud")
-        except (OSError, serial.SerialException) as exc:
+        except (OSError, serial.SerialException, termios.error) as exc:
             raise BusDisconnectedError(f"cannot open {self.port_name}: {exc}") from exc
         self.port = port
         self.ph = self._make_packet_handler()
@@ -261,7 +262,7 @@ class ServoBus(ABC):
 
     def close(self) -> None:
         if self.port is not None:
-            with contextlib.suppress(OSError, serial.SerialException, AttributeError):
+            with contextlib.suppress(OSError, serial.SerialException, termios.error, AttributeError):
                 self.port.closePort()
         self.port = None
         self.connected = False
@@ -278,12 +279,12 @@ class ServoBus(ABC):
         if self._needs_quiesce:
             try:
                 self.stats.bytes_discarded += self.port.quiesce(self.quiet_s, self.max_quiet_s)
-            except (OSError, serial.SerialException) as exc:
+            except (OSError, serial.SerialException, termios.error) as exc:
                 self._lost(exc)
             self._needs_quiesce = False
         try:
             return call()
-        except (OSError, serial.SerialException, TypeError) as exc:
+        except (OSError, serial.SerialException, termios.error, TypeError) as exc:
             # TypeError: pyserial on a closed fd; the SDK then indexes a None packet
             self._lost(exc)
         finally:
@@ -304,12 +305,16 @@ class ServoBus(ABC):
         self.stats.last_error = message
         raise error_cls(message)
 
-    def _read_register(self, sid: int, address: int, size: int) -> int:
+    def _read_register(self, sid: int, address: int, size: int, retries: int = TORQUE_RETRIES) -> int:
         read = {1: self.ph.read1ByteTxRx, 2: self.ph.read2ByteTxRx, 4: self.ph.read4ByteTxRx}[size]
-        value, result, _ = self._guard(lambda: read(self.port, sid, address), f"read {address}")
-        if result != self.COMM_SUCCESS:
-            self._failed(f"servo id {sid}: reading register {address} failed ({self.ph.getTxRxResult(result)})")
-        return int(value)
+        message = ""
+        for _ in range(max(1, retries)):
+            value, result, _ = self._guard(lambda: read(self.port, sid, address), f"read {address}")
+            if result == self.COMM_SUCCESS:
+                return int(value)
+            message = f"servo id {sid}: reading register {address} failed ({self.ph.getTxRxResult(result)})"
+            self._needs_quiesce = True
+        self._failed(message)
 
     def _write_register(self, sid: int, address: int, size: int, value: int, retries: int = TORQUE_RETRIES) -> None:
         write = {1: self.ph.write1ByteTxRx, 2: self.ph.write2ByteTxRx, 4: self.ph.write4ByteTxRx}[size]
@@ -338,7 +343,7 @@ class ServoBus(ABC):
             # for this one's. If the bus is not silent right after it, that happened: discard it.
             try:
                 leftover = self.port.quiesce(self.quiet_s, self.max_quiet_s)
-            except (OSError, serial.SerialException) as exc:
+            except (OSError, serial.SerialException, termios.error) as exc:
                 self._lost(exc)
             if leftover:
                 self.stats.stale_rejected += 1

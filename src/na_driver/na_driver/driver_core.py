@@ -70,9 +70,10 @@ class CommandLimiter:
         return problems
 
     def start_from(self, measured: np.ndarray) -> np.ndarray:
-        """Hold the measured position (clamped into the limits); forget old commands."""
+        """Hold the measured position exactly (a joint outside its limits is not yanked back: commands,
+        which are clamped, bring it in at max_step per cycle); forget old commands."""
         with self._lock:
-            self.goal = np.clip(np.asarray(measured, dtype=np.float64), self.position_min, self.position_max)
+            self.goal = np.asarray(measured, dtype=np.float64).copy()
             self.target = None
             return self.goal.copy()
 

@@ -215,3 +215,7 @@ def run(node_factory) -> None:
 def main() -> None:
     run(DriverNode)
 
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""Emulated bus (na_sim) -> driver_node process -> /actuator_states in this process, and back."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from ros_probe import wait_for
+from sensor_msgs.msg import JointState
+
+from na_description.robot_table import load_robot
+from na_msgs.msg import ActuatorState
+from na_sim.bus import StaticBackend, make_emulator
+
+pytestmark = pytest.mark.ros
+
+RAD_PER_COUNT = 2 * math.pi / 4096
+
+
+def start_driver(processes, robot: str, port: str, rate_hz: float = 100.0, extra: tuple[str, ...] = ()):
+    args = ["-m", "na_driver.driver_node", "--ros-args", "-p", f"robot:={robot}", "-p", f"port:={port}",
+            "-p", f"rate_hz:={rate_hz}", "-p", "reconnect_period_s:=0.2"]
+    for item in extra:
+        args += ["-p", item]
+    return processes.python(args)
+
+
+def command(names, positions) -> JointState:
+    msg = JointState()
+    msg.name = list(names)
+    msg.position = [float(p) for p in positions]
+    return msg
+
+
+@pytest.mark.parametrize("robot_name", ["so101", "omx"])
+def test_driver_node_streams_obeys_and_recovers(robot_name, processes, ros_probe, tmp_path):
+    robot = load_robot(robot_name)
+    n = robot.n_joints
+    backend = StaticBackend(n)
+    for j in range(n):
+        backend.set_state(j, position=0.1 * j - 0.2, velocity=0.3 - 0.1 * j, load=0.05 * j - 0.1,
+                          current=0.2 - 0.05 * j, voltage=12.2, temperature=33.0 + j)
+    emulator = make_emulator(robot, backend, link=str(tmp_path / "ttyARM"))
+    emulator.start()
+    try:
+        ros_probe.subscribe(ActuatorState, "/actuator_states")
+        ros_probe.subscribe(JointState, "/joint_states")
+        ros_probe.subscribe(DiagnosticArray, "/diagnostics", qos=10)
+        driver = start_driver(processes, robot_name, emulator.path)
+        wait_for(lambda: ros_probe.count("/actuator_states") >= 5, 30.0, "first /actuator_states", driver)
+
+        # telemetry matches what the simulated servos report, stamped at read time
+        msg = ros_probe.messages("/actuator_states")[-1]
+        states = backend.servo_states()
+        assert list(msg.name) == list(robot.joint_names)
+        np.testing.assert_allclose(msg.position, [s.position for s in states], atol=1.5 * RAD_PER_COUNT)
+        np.testing.assert_allclose(msg.load, [s.load for s in states], atol=2e-3)
+        np.testing.assert_allclose(msg.voltage, [12.2] * n, atol=0.051)
+        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        assert abs(stamp - time.time()) < 5.0
+        assert ros_probe.count("/joint_states") > 0
+        # torque on start holds the measured pose
+        assert backend.torque_enabled == [True] * n
+        np.testing.assert_allclose(msg.goal_position, [s.position for s in states], atol=1.5 * RAD_PER_COUNT)
+
+        # /joint_commands: clamped to the limits, approached at most max_step per cycle
+        pub = ros_probe.publisher(JointState, "/joint_commands")
+        wait_for(lambda: pub.get_subscription_count() > 0, 20.0, "driver subscribed to /joint_commands", driver)
+        target = [0.0] * n
+        target[0] = 0.45
+        target[1] = 99.0                        # far beyond the limit: must be clamped
+        t0 = time.monotonic()
+        expected = list(target)
+        expected[1] = robot.position_max[1]
+
+        def arrived() -> bool:   # commands stream (best effort, as a leader arm sends them)
+            pub.publish(command(robot.joint_names, target))
+            return (abs(backend.goals[0] - 0.45) < 2 * RAD_PER_COUNT
+                    and abs(backend.goals[1] - expected[1]) < 2 * RAD_PER_COUNT)
+        wait_for(arrived, 20.0, "the arm at the command", driver, interval=0.05)
+        goals = np.array([m.goal_position for m in ros_probe.since("/actuator_states", t0)])
+        steps = np.abs(np.diff(goals, axis=0))
+        assert steps.max() <= robot.max_step_per_cycle + 1e-9
+        assert (np.abs(goals[:, 1]) <= robot.position_max[1] + 1e-9).all()
+        np.testing.assert_allclose(backend.servo_states()[1].position, robot.position_max[1], atol=2 * RAD_PER_COUNT)
+
+        # unplug: nothing is published while the adapter is gone; diagnostics raise an error
+        emulator.vanish()
+        time.sleep(0.3)
+        gone = time.monotonic()
+        time.sleep(1.5)
+        assert ros_probe.since("/actuator_states", gone) == []
+        wait_for(lambda: any(s.level == DiagnosticStatus.ERROR and s.name.endswith(": bus")
+                             for d in ros_probe.since("/diagnostics", gone) for s in d.status),
+                 5.0, "an ERROR bus diagnostic while unplugged", driver)
+        # replug at the same path: fresh telemetry resumes
+        backend.set_state(2, position=0.3)
+        emulator.reappear()
+        back = time.monotonic()
+        wait_for(lambda: len(ros_probe.since("/actuator_states", back)) >= 5, 20.0, "telemetry after replug", driver)
+        np.testing.assert_allclose(ros_probe.since("/actuator_states", back)[-1].position[2], 0.3,
+                                   atol=1.5 * RAD_PER_COUNT)
+
+        # a clean stop turns the torque off
+        assert processes.stop(driver) == 0
+        assert backend.torque_enabled == [False] * n
+    finally:
+        emulator.stop()
