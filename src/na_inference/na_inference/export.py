@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -140,6 +141,39 @@ def export_onnx(net: NeuralActuatorNet, spec: FeatureSpec, path: str | Path, met
                         n_parameters=sum(p.numel() for p in net.parameters()), file_bytes=path.stat().st_size)
 
 
+def benchmark(model: DeployableModel, onnx_path: str | Path, spec: FeatureSpec, runs: int = 2000,
+              threads: int = 1) -> dict[str, float]:
+    """Batch-1 latency (ms) of ONNX Runtime and of torch eager, both on ``threads`` threads."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+    telemetry = parity_inputs(spec, 1)
+    feed = {INPUT_NAME: telemetry}
+
+    def timed(fn, n: int) -> np.ndarray:
+        for _ in range(max(n // 10, 10)):
+            fn()
+        out = np.empty(n)
+        for i in range(n):
+            start = time.perf_counter()
+            fn()
+            out[i] = time.perf_counter() - start
+        return 1e3 * out
+
+    ort_ms = timed(lambda: session.run(None, feed), runs)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        x = torch.from_numpy(telemetry)
+        with torch.no_grad():
+            torch_ms = timed(lambda: model(x), max(runs // 4, 50))
+    finally:
+        torch.set_num_threads(previous)
+    return {"ort_p50_ms": float(np.median(ort_ms)), "ort_p99_ms": float(np.percentile(ort_ms, 99)),
+            "torch_p50_ms": float(np.median(torch_ms)), "runs": runs, "threads": threads}
+
+
 def checkpoint_metadata(extra: Mapping[str, Any]) -> dict[str, Any]:
     """The free metadata entries a checkpoint's ``extra`` contributes (JSON-serializable ones only)."""
     out: dict[str, Any] = {}
@@ -165,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="extra metadata entry (JSON value), e.g. metrics='{\"force_mae_n\": 0.08}'")
     parser.add_argument("--tolerance", type=float, default=PARITY_TOLERANCE,
                         help=f"max abs ORT-vs-torch difference allowed (default {PARITY_TOLERANCE:g})")
+    parser.add_argument("--bench", type=int, default=0, metavar="RUNS",
+                        help="after exporting, time RUNS batch-1 inferences (ORT and torch eager, 1 thread)")
     args = parser.parse_args(argv)
     try:
         net, _config, spec, extra = load_checkpoint(args.checkpoint)
@@ -188,6 +224,10 @@ def main(argv: list[str] | None = None) -> int:
     print(report.summary())
     for name, diff in report.max_abs_diff.items():
         print(f"  {name:20s} max abs diff {diff:.2e}")
+    if args.bench > 0:
+        timing = benchmark(DeployableModel(net, spec).eval(), args.out, spec, args.bench)
+        print(f"batch 1, 1 thread, {args.bench} runs: ONNX Runtime p50 {timing['ort_p50_ms']:.3f} ms, "
+              f"p99 {timing['ort_p99_ms']:.3f} ms; torch eager p50 {timing['torch_p50_ms']:.3f} ms")
     return 0
 
 

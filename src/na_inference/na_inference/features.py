@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -91,7 +92,7 @@ class FeatureSpec:
     def n_joints(self) -> int:
         return len(self.joint_names)
 
-    @property
+    @cached_property
     def n_features(self) -> int:
         return len(self.feature_names)
 
@@ -102,7 +103,7 @@ class FeatureSpec:
     def quantity_width(self, quantity: str) -> int:
         return 1 if quantity in SCALAR_QUANTITIES else self.n_joints
 
-    @property
+    @cached_property
     def feature_names(self) -> tuple[str, ...]:
         """One name per input column: "<quantity>/<joint>" (scalar gripper quantities use the last joint)."""
         names: list[str] = []
@@ -137,13 +138,28 @@ class FeatureSpec:
         arr = np.asarray(values[quantity], dtype=np.float64)
         width = self.quantity_width(quantity)
         shape = (width,) if rows is None else (rows, width)
-        if arr.size != int(np.prod(shape)):
+        if arr.size != (width if rows is None else rows * width):
             raise FeatureError(f"{quantity!r} has shape {arr.shape}, expected {shape}")
         return arr.reshape(shape)
 
+    @cached_property
+    def _slices(self) -> tuple[tuple[str, slice], ...]:
+        out, start = [], 0
+        for q in self.quantities:
+            width = self.quantity_width(q)
+            out.append((q, slice(start, start + width)))
+            start += width
+        return tuple(out)
+
     def frame(self, sample: Mapping[str, np.ndarray]) -> np.ndarray:
-        """One telemetry sample (quantity -> [n_joints] physical units) -> float32 [F]."""
-        return np.concatenate([self._column(sample, q, None) for q in self.quantities]).astype(np.float32)
+        """One telemetry sample (quantity -> [n_joints] physical units) -> float32 [F].
+
+        Same float64 arithmetic as ``frames`` (position_error = goal - position), then one cast to float32.
+        """
+        out = np.empty(self.n_features, dtype=np.float64)
+        for q, where in self._slices:
+            out[where] = self._column(sample, q, None)
+        return out.astype(np.float32)
 
     def frames(self, traj: Trajectory) -> np.ndarray:
         """All rows of a trajectory -> float32 [T, F] (same arithmetic as ``frame``, row by row)."""

@@ -71,8 +71,10 @@ def test_na_export_cli(tmp_path: Path, small_net: NeuralActuatorNet, capsys: pyt
     ckpt = tmp_path / "model.pt"
     save_checkpoint(ckpt, small_net, small_net.config, spec, {"metrics": {"val_force_mae_n": 0.2}, "step": 3})
     out = tmp_path / "so101.onnx"
-    assert main(["--checkpoint", str(ckpt), "--out", str(out), "--metadata", 'training_data={"files": 12}']) == 0
-    assert "max abs diff" in capsys.readouterr().out
+    assert main(["--checkpoint", str(ckpt), "--out", str(out), "--metadata", 'training_data={"files": 12}',
+                 "--bench", "50"]) == 0
+    printed = capsys.readouterr().out
+    assert "max abs diff" in printed and "ONNX Runtime p50" in printed
     props = {p.key: p.value for p in onnx.load(str(out)).metadata_props}
     assert json.loads(props["metrics"]) == {"val_force_mae_n": 0.2}
     assert json.loads(props["training_data"]) == {"files": 12} and json.loads(props["robot"]) == "so101"
