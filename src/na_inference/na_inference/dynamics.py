@@ -172,30 +172,35 @@ def _axis_angle(axis: torch.Tensor, angle: torch.Tensor) -> torch.Tensor:
 
 
 def _cross_motion(v: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    """Spatial motion cross product v x m for [B, 6] vectors [angular; linear]."""
-    w, vo = v[:, :3], v[:, 3:]
-    return torch.cat([torch.linalg.cross(w, m[:, :3]), torch.linalg.cross(w, m[:, 3:]) + torch.linalg.cross(vo, m[:, :3])], -1)
+    """Spatial motion cross product v x m for [..., 6] vectors [angular; linear]."""
+    w, vo = v[..., :3], v[..., 3:]
+    return torch.cat([torch.linalg.cross(w, m[..., :3]),
+                      torch.linalg.cross(w, m[..., 3:]) + torch.linalg.cross(vo, m[..., :3])], -1)
 
 
 def _cross_force(v: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
-    """Spatial force cross product v x* f for [B, 6] vectors [angular; linear]."""
-    w, vo = v[:, :3], v[:, 3:]
-    return torch.cat([torch.linalg.cross(w, f[:, :3]) + torch.linalg.cross(vo, f[:, 3:]), torch.linalg.cross(w, f[:, 3:])], -1)
+    """Spatial force cross product v x* f for [..., 6] vectors [angular; linear]."""
+    w, vo = v[..., :3], v[..., 3:]
+    return torch.cat([torch.linalg.cross(w, f[..., :3]) + torch.linalg.cross(vo, f[..., 3:]),
+                      torch.linalg.cross(w, f[..., 3:])], -1)
 
 
 @dataclass
 class Kinematics:
-    """World poses, joint motion subspaces and spatial inertias of every body for a batch of q."""
+    """World poses of every body, joint motion subspaces and spatial inertias for a batch of q."""
 
-    rot: list[torch.Tensor]       # [B, 3, 3] per body
-    pos: list[torch.Tensor]       # [B, 3] per body origin
-    motion: list[torch.Tensor | None]  # [B, 6] joint motion subspace (None: fixed body)
-    inertia: list[torch.Tensor]   # [B, 6, 6] spatial inertia at the world origin
+    rot: torch.Tensor       # [B, nb, 3, 3]
+    pos: torch.Tensor       # [B, nb, 3] body origins
+    motion: torch.Tensor    # [B, n, 6] joint motion subspaces at the world origin
+    inertia: torch.Tensor   # [B, nb, 6, 6] spatial inertias at the world origin
 
 
 class RigidBodyDynamics(nn.Module):
     """Batched, differentiable dynamics of a tree of rigid bodies (see the module docstring).
 
+    Only the forward kinematics walks the tree body by body; RNEA and CRBA are written as masked sums over
+    ancestors (world-frame spatial vectors need no transforms), a few dozen batched tensor operations
+    instead of hundreds of tiny ones: the CPU cost of a simulator substep is dominated by operation count.
     All methods take ``q``, ``qd`` of shape [B, n] in the module's dtype; forces are world-frame N.
     """
 
@@ -209,6 +214,7 @@ class RigidBodyDynamics(nn.Module):
         def buf(name: str, value: np.ndarray) -> None:
             self.register_buffer(name, torch.tensor(np.array(value, dtype=np.float64)).to(dtype), persistent=False)
 
+        nb = len(chain.parent)
         buf("body_pos", chain.pos)
         buf("body_rot", chain.rot)
         buf("joint_axis", chain.joint_axis)
@@ -228,6 +234,19 @@ class RigidBodyDynamics(nn.Module):
         self._parents = [int(p) for p in chain.parent]
         self._types = [int(t) for t in chain.joint_type]
         self._dofs = [int(d) for d in chain.dof]
+        dof_body = np.zeros(self.n, dtype=np.int64)
+        for b, d in enumerate(self._dofs):
+            if d >= 0:
+                dof_body[d] = b
+        ancestor = np.zeros((nb, nb))  # [b, c] = 1 when c is b or an ancestor of b
+        for b in range(nb):
+            c = b
+            while c >= 0:
+                ancestor[b, c] = 1.0
+                c = self._parents[c]
+        self._dof_body = dof_body.tolist()
+        buf("moves", ancestor[:, dof_body])                  # [nb, n]: dof j moves body b
+        buf("dof_ancestor", ancestor[dof_body][:, dof_body].T)  # [i, j]: dof i is dof j or above it
 
     @classmethod
     def for_robot(cls, robot: str | RobotTable, dtype: torch.dtype = torch.float64, **kwargs) -> RigidBodyDynamics:
@@ -243,74 +262,55 @@ class RigidBodyDynamics(nn.Module):
         origin = q.new_zeros(batch, 3)
         rots: list[torch.Tensor] = []
         poss: list[torch.Tensor] = []
-        motions: list[torch.Tensor | None] = []
-        inertias: list[torch.Tensor] = []
+        motions: list[torch.Tensor] = [q.new_zeros(batch, 6)] * self.n
         for b, par in enumerate(self._parents):
             rp, pp = (eye, origin) if par < 0 else (rots[par], poss[par])
             rot = rp @ self.body_rot[b]
             pos = pp + rp @ self.body_pos[b]
-            motion = None
             jtype, d = self._types[b], self._dofs[b]
             if jtype != FIXED:
                 value = (q[:, d] if d >= 0 else q.new_zeros(batch)) - self.joint_ref[b]
                 axis_world = rot @ self.joint_axis[b]
                 if jtype == HINGE:
                     anchor = pos + rot @ self.joint_pos[b]
-                    if d >= 0 or not torch.all(value == 0):
-                        rot = rot @ _axis_angle(self.joint_axis[b], value)
+                    rot = rot @ _axis_angle(self.joint_axis[b], value)
                     pos = anchor - rot @ self.joint_pos[b]
                     if d >= 0:
-                        motion = torch.cat([axis_world, torch.linalg.cross(anchor, axis_world)], -1)
+                        motions[d] = torch.cat([axis_world, torch.linalg.cross(anchor, axis_world)], -1)
                 else:
                     pos = pos + axis_world * value[:, None]
                     if d >= 0:
-                        motion = torch.cat([torch.zeros_like(axis_world), axis_world], -1)
+                        motions[d] = torch.cat([torch.zeros_like(axis_world), axis_world], -1)
             rots.append(rot)
             poss.append(pos)
-            motions.append(motion)
-            inertias.append(self._spatial_inertia(b, rot, pos))
-        return Kinematics(rots, poss, motions, inertias)
+        rot_all, pos_all = torch.stack(rots, 1), torch.stack(poss, 1)
+        return Kinematics(rot_all, pos_all, torch.stack(motions, 1), self._spatial_inertia(rot_all, pos_all))
 
-    def _spatial_inertia(self, b: int, rot: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """6x6 spatial inertia of body ``b`` about the world origin: [[Ic + m cx cx^T, m cx], [m cx^T, m 1]]."""
-        m = self.mass[b]
-        com = pos + rot @ self.inertia_pos[b]
-        inertia_com = rot @ self.inertia_body[b] @ rot.transpose(1, 2)
+    def _spatial_inertia(self, rot: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """[B, nb, 6, 6] spatial inertias about the world origin: [[Ic + m cx cx^T, m cx], [m cx^T, m 1]]."""
+        m = self.mass[:, None, None]
+        com = pos + (rot @ self.inertia_pos[..., None])[..., 0]
+        inertia_com = rot @ self.inertia_body @ rot.transpose(-1, -2)
         cx = _skew(com)
         eye = torch.eye(3, dtype=pos.dtype, device=pos.device).expand_as(inertia_com)
-        top = torch.cat([inertia_com + m * cx @ cx.transpose(1, 2), m * cx], -1)
-        bottom = torch.cat([m * cx.transpose(1, 2), m * eye], -1)
+        top = torch.cat([inertia_com + m * cx @ cx.transpose(-1, -2), m * cx], -1)
+        bottom = torch.cat([m * cx.transpose(-1, -2), m * eye], -1)
         return torch.cat([top, bottom], -2)
 
     # ---------------------------------------------------------------- dynamics terms
     def rnea(self, q: torch.Tensor, qd: torch.Tensor, qdd: torch.Tensor, kin: Kinematics | None = None) -> torch.Tensor:
         """Inverse dynamics of the rigid bodies: M(q) qdd + C(q, qd) qd + g(q) (no armature/damping/friction)."""
         kin = kin or self.kinematics(q)
-        batch = q.shape[0]
-        base_acc = torch.cat([q.new_zeros(batch, 3), (-self.gravity).expand(batch, 3)], -1)
-        zero = q.new_zeros(batch, 6)
-        vel: list[torch.Tensor] = []
-        acc: list[torch.Tensor] = []
-        forces: list[torch.Tensor] = []
-        for b, par in enumerate(self._parents):
-            v, a = (zero, base_acc) if par < 0 else (vel[par], acc[par])
-            s, d = kin.motion[b], self._dofs[b]
-            if s is not None:
-                sv = s * qd[:, d:d + 1]
-                v = v + sv
-                a = a + s * qdd[:, d:d + 1] + _cross_motion(v, sv)
-            vel.append(v)
-            acc.append(a)
-            inertia = kin.inertia[b]
-            forces.append((inertia @ a[:, :, None])[:, :, 0] + _cross_force(v, (inertia @ v[:, :, None])[:, :, 0]))
-        tau: list[torch.Tensor | None] = [None] * self.n
-        for b in range(len(self._parents) - 1, -1, -1):
-            par = self._parents[b]
-            if kin.motion[b] is not None:
-                tau[self._dofs[b]] = (kin.motion[b] * forces[b]).sum(-1)
-            if par >= 0:
-                forces[par] = forces[par] + forces[b]
-        return torch.stack(tau, -1)
+        s = kin.motion
+        s_rate = s * qd[..., None]                                        # [B, n, 6]
+        vel = torch.einsum("cj,bjd->bcd", self.moves, s_rate)             # body velocities [B, nb, 6]
+        bias_acc = _cross_motion(vel[:, self._dof_body], s_rate) + s * qdd[..., None]
+        base_acc = torch.cat([torch.zeros_like(self.gravity), -self.gravity])
+        acc = base_acc + torch.einsum("cj,bjd->bcd", self.moves, bias_acc)  # [B, nb, 6]
+        inertia = kin.inertia
+        force = (inertia @ acc[..., None])[..., 0] + _cross_force(vel, (inertia @ vel[..., None])[..., 0])
+        subtree = torch.einsum("cj,bcd->bjd", self.moves, force)         # force carried by each joint
+        return (s * subtree).sum(-1)
 
     def bias_forces(self, q: torch.Tensor, qd: torch.Tensor, kin: Kinematics | None = None) -> torch.Tensor:
         """C(q, qd) qd + g(q), MuJoCo's ``qfrc_bias``."""
@@ -319,27 +319,11 @@ class RigidBodyDynamics(nn.Module):
     def mass_matrix(self, q: torch.Tensor, kin: Kinematics | None = None, armature: bool = True) -> torch.Tensor:
         """Joint-space inertia M(q) by CRBA [B, n, n]; with ``armature`` it matches MuJoCo's ``mj_fullM``."""
         kin = kin or self.kinematics(q)
-        composite = list(kin.inertia)
-        for b in range(len(self._parents) - 1, -1, -1):
-            par = self._parents[b]
-            if par >= 0:
-                composite[par] = composite[par] + composite[b]
-        entries: dict[tuple[int, int], torch.Tensor] = {}
-        for b in range(len(self._parents)):
-            s = kin.motion[b]
-            if s is None:
-                continue
-            force = (composite[b] @ s[:, :, None])[:, :, 0]
-            i = self._dofs[b]
-            entries[i, i] = (s * force).sum(-1)
-            anc = self._parents[b]
-            while anc >= 0:
-                if kin.motion[anc] is not None:
-                    j = self._dofs[anc]
-                    entries[i, j] = entries[j, i] = (kin.motion[anc] * force).sum(-1)
-                anc = self._parents[anc]
-        zero = q.new_zeros(q.shape[0])
-        mass = torch.stack([torch.stack([entries.get((i, j), zero) for j in range(self.n)], -1) for i in range(self.n)], -2)
+        composite = torch.einsum("cj,bcxy->bjxy", self.moves, kin.inertia)  # subtree inertia per joint
+        force = (composite @ kin.motion[..., None])[..., 0]                 # [B, n, 6]
+        gram = torch.einsum("bid,bjd->bij", kin.motion, force)              # S_i . Ic_j S_j
+        upper = gram * self.dof_ancestor                                     # valid where i is above j
+        mass = upper + upper.transpose(1, 2) - torch.diag_embed(torch.diagonal(gram, dim1=1, dim2=2))
         if armature:
             mass = mass + torch.diag_embed(self.armature.expand_as(q))
         return mass
@@ -350,21 +334,16 @@ class RigidBodyDynamics(nn.Module):
             raise DynamicsError("this chain has no force site")
         kin = kin or self.kinematics(q)
         b = self.chain.site_body
-        return kin.pos[b] + kin.rot[b] @ self.site_pos
+        return kin.pos[:, b] + kin.rot[:, b] @ self.site_pos
 
     def site_jacobian(self, q: torch.Tensor, kin: Kinematics | None = None) -> torch.Tensor:
         """Translational Jacobian [B, 3, n] of the force site (MuJoCo's ``mj_jacSite`` jacp)."""
         kin = kin or self.kinematics(q)
         point = self.site_position(q, kin)
-        columns = [q.new_zeros(q.shape[0], 3) for _ in range(self.n)]
-        b = self.chain.site_body
-        while b >= 0:
-            s = kin.motion[b]
-            if s is not None:
-                # Velocity of the point for a unit joint rate: v_O + w x p.
-                columns[self._dofs[b]] = s[:, 3:] + torch.linalg.cross(s[:, :3], point)
-            b = self._parents[b]
-        return torch.stack(columns, -1)
+        s = kin.motion
+        # Velocity of the point for a unit joint rate: v_O + w x p, for the joints that move the site's body.
+        columns = (s[..., 3:] + torch.linalg.cross(s[..., :3], point[:, None, :].expand_as(s[..., :3])))
+        return (columns * self.moves[self.chain.site_body][:, None]).transpose(1, 2)
 
     def passive_forces(self, qd: torch.Tensor) -> torch.Tensor:
         """Joint damping plus smooth dry friction (both oppose the motion)."""
