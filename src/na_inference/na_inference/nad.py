@@ -21,13 +21,13 @@ import re
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 import numpy as np
 
-from na_description.robot_table import RobotTable, load_robot
+from na_description.robot_table import load_robot
 
 SENTINEL = -999.0  # "no reading" in NAD force columns
 SPLITS = ("train", "validation", "test")
@@ -163,7 +163,6 @@ class Trajectory:
     condition: np.ndarray | None = None
     split: str | None = None
     category: str | None = None  # top folder of the release: so101, force_sensor, weight, franka, ...
-    metadata: dict[str, str] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.time.shape[0])
@@ -207,7 +206,7 @@ def load_trajectory(path: str | os.PathLike, robot: str | None = None) -> Trajec
         rows = [row for row in csv.reader(handle) if row]
     if not rows:
         raise NADFormatError(f"{path}: empty file (no header)")
-    header = [c.strip() for c in rows[0]]
+    header = [c.strip().lstrip("\ufeff") for c in rows[0]]
     robot = robot or detect_robot(header)
     schema = schema_for(robot)
     missing = [c for c in schema.columns if c not in header]
@@ -431,11 +430,6 @@ def write_trajectory(path: str | os.PathLike, traj: Trajectory) -> None:
     with tmp.open("w", newline="") as handle:
         handle.write(text)
     os.replace(tmp, path)
-
-
-def robot_table(robot: str | RobotTable) -> RobotTable:
-    """Accept a robot name or a RobotTable."""
-    return robot if isinstance(robot, RobotTable) else load_robot(robot)
 
 
 def summarize(paths: Sequence[Path], robot: str | None = None) -> list[dict]:

@@ -217,3 +217,14 @@ def test_robot_folder_as_root_and_cli(nad_dir: Path, capsys: pytest.CaptureFixtu
     assert "pick_place_empty_degrade" in out and "7 files" in out
     assert main([str(nad_dir / "nowhere"), "--robot", "so101"]) == 1
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_lf_line_endings_and_bom_read_the_same(nad_dir: Path, tmp_path: Path) -> None:
+    source = nad_dir / SO101_FILE
+    lf = tmp_path / "lf.csv"
+    lf.write_bytes(b"\xef\xbb\xbf" + source.read_bytes().replace(b"\r\n", b"\n"))
+    a, b = load_trajectory(source), load_trajectory(lf)
+    assert b.robot == "so101"
+    for name in a.quantities:
+        np.testing.assert_array_equal(a.quantities[name], b.quantities[name])
+    np.testing.assert_array_equal(a.force, b.force)
