@@ -27,6 +27,8 @@ LOG = logging.getLogger("na_sim.bus")
 
 #: an incomplete packet with no new byte for this long is garbage: the servos resynchronise
 STALE_PACKET_S = 0.02
+#: with wire timing, the last part of a reply's wait is spun instead of slept (timer slack)
+SPIN_S = 0.0005
 
 
 @dataclass(frozen=True)
@@ -297,9 +299,7 @@ class BusEmulator:
             if self.wire_baud:
                 sent_bytes += len(data)
                 due = received_at + sent_bytes * 10.0 / self.wire_baud + reply.return_delay_s
-                delay = due - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
+                _wait_until(due)
             self._send(data)
             self.stats.replies += 1
 
@@ -315,6 +315,15 @@ class BusEmulator:
                 return
             self.stats.bytes_out += written
             view = view[written:]
+
+
+def _wait_until(due: float) -> None:
+    """Sleep, then spin the last half millisecond: a plain sleep overshoots a 1 ms wire time."""
+    remaining = due - time.monotonic()
+    if remaining > SPIN_S:
+        time.sleep(remaining - SPIN_S)
+    while time.monotonic() < due:
+        pass
 
 
 def make_emulator(
