@@ -224,3 +224,26 @@ def test_link_refuses_to_replace_a_real_file(tmp_path: Path) -> None:
         emulator.start()
     assert target.read_text() == "keep me"
     emulator.stop()
+
+
+def test_a_host_at_another_baud_rate_is_not_heard(bus: Bus) -> None:
+    table_baud = bus.table.bus.baudrate
+    assert bus.port.setBaudRate(57600)
+    assert bus.ping(bus.ids[0]) == bus.sdk.COMM_RX_TIMEOUT
+    assert bus.emulator.stats.wrong_baud >= 1
+    assert bus.port.setBaudRate(table_baud)
+    assert bus.ping(bus.ids[0]) == bus.sdk.COMM_SUCCESS
+
+
+def test_writing_baud_rate_moves_the_servo_to_the_new_rate(bus: Bus) -> None:
+    codes = bus.table.bus.extra["baud_rate_codes"]
+    new_baud = 500000 if 500000 in codes.values() else 2000000
+    code = next(k for k, v in codes.items() if v == new_baud)
+    servo_id = bus.ids[1]
+    register = bus.table.bus.registers["baud_rate"]
+    assert bus.ph.write1ByteTxRx(bus.port, servo_id, register.address, code) == (bus.sdk.COMM_SUCCESS, 0)
+    assert bus.ping(servo_id) == bus.sdk.COMM_RX_TIMEOUT  # answered at the old rate, now at the new one
+    assert bus.ping(bus.ids[0]) == bus.sdk.COMM_SUCCESS
+    assert bus.port.setBaudRate(new_baud)
+    assert bus.ping(servo_id) == bus.sdk.COMM_SUCCESS
+    assert bus.ping(bus.ids[0]) == bus.sdk.COMM_RX_TIMEOUT

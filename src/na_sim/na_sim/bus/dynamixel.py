@@ -177,7 +177,7 @@ class DynamixelEngine(BusEngine):
     def handle(self, request: Request) -> list[Reply]:
         sid, inst, params = request.servo_id, request.instruction, request.params
         if sid == BROADCAST_ID:
-            targets = list(self.servos.values())
+            targets = self.reachable()
         else:
             target = self.servo(sid)
             targets = [target] if target is not None else []

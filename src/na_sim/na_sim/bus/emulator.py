@@ -13,6 +13,7 @@ import logging
 import os
 import random
 import select
+import termios
 import threading
 import time
 import tty
@@ -103,6 +104,7 @@ class BusStats:
     corrupted: int = 0
     late: int = 0
     echoed_bytes: int = 0
+    wrong_baud: int = 0  # instructions no servo heard because the host's baud rate was not theirs
     bytes_in: int = 0
     bytes_out: int = 0
 
@@ -277,6 +279,9 @@ class BusEmulator:
             self.stats.requests += 1
             if not request.checksum_ok:
                 self.stats.malformed += 1
+            self.engine.line_baud = self._host_baud()
+            if self.engine.line_baud is not None and not self.engine.reachable():
+                self.stats.wrong_baud += 1
             replies = self.engine.handle(request)
             self._reply(replies, consumed, received_at)
 
@@ -303,6 +308,14 @@ class BusEmulator:
             self._send(data)
             self.stats.replies += 1
 
+    def _host_baud(self) -> int | None:
+        """The baud rate the host set on its end of the pty (None if it cannot be told)."""
+        try:
+            speed = termios.tcgetattr(self._master)[5]  # type: ignore[arg-type]
+        except (termios.error, TypeError):
+            return None
+        return _TERMIOS_BAUDS.get(speed)
+
     def _send(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
@@ -315,6 +328,14 @@ class BusEmulator:
                 return
             self.stats.bytes_out += written
             view = view[written:]
+
+
+_TERMIOS_BAUDS = {
+    getattr(termios, f"B{rate}"): rate
+    for rate in (9600, 19200, 38400, 57600, 115200, 230400, 460800, 500000, 576000, 921600, 1000000,
+                 1152000, 1500000, 2000000, 2500000, 3000000, 3500000, 4000000)
+    if hasattr(termios, f"B{rate}")
+}
 
 
 def _wait_until(due: float) -> None:

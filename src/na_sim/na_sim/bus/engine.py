@@ -79,6 +79,10 @@ class BusEngine(ABC):
         self.units = robot.bus.units
         self._bad_state_logged: set[tuple[int, str]] = set()
         self.bad_states = 0  # telemetry values that were NaN/inf and kept their previous register value
+        #: the host's baud rate (set by the emulator from the pty); a servo only hears a host at its own
+        #: Baud_Rate. None = unknown: every servo hears.
+        self.line_baud: int | None = None
+        self._baud_codes = {int(k): int(v) for k, v in robot.bus.extra.get("baud_rate_codes", {}).items()}
         size = self.table_size()
         self.servos: dict[int, EmulatedServo] = {}
         for joint, servo_id in enumerate(robot.bus.ids):
@@ -137,8 +141,27 @@ class BusEngine(ABC):
         table.set("id", servo.servo_id)
         table.set("torque_enable", 1 if initial_torque else 0)
 
+    def servo_baud(self, servo: EmulatedServo) -> int | None:
+        """The servo's bit rate from its Baud_Rate register (None when the table has no code map)."""
+        if not self._baud_codes or not servo.table.has("baud_rate"):
+            return None
+        return self._baud_codes.get(servo.table.get("baud_rate"), -1)
+
+    def hears(self, servo: EmulatedServo) -> bool:
+        """At another baud rate a servo sees only framing errors and stays silent."""
+        if self.line_baud is None:
+            return True
+        baud = self.servo_baud(servo)
+        return baud is None or baud == self.line_baud
+
     def servo(self, servo_id: int) -> EmulatedServo | None:
-        return self.servos.get(servo_id)
+        """The servo with this id, if it is on the bus and hears the host."""
+        servo = self.servos.get(servo_id)
+        return servo if servo is not None and self.hears(servo) else None
+
+    def reachable(self) -> list[EmulatedServo]:
+        """Servos that hear the host (all of them at the right baud rate), in id order."""
+        return [self.servos[i] for i in sorted(self.servos) if self.hears(self.servos[i])]
 
     def begin_packet(self) -> None:
         """A new instruction: the next status packet or live read takes a fresh backend snapshot."""

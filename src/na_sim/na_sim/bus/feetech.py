@@ -141,10 +141,10 @@ class FeetechEngine(BusEngine):
                     self.write(servo, address, rest[k + 1 : k + step], effects)
             return []
         if inst == INST_ACTION:
-            for servo in self.servos.values():
+            for servo in self.reachable():
                 self._action(servo, effects)
         elif inst in (INST_WRITE, INST_REG_WRITE) and len(params) >= 2:
-            for servo in list(self.servos.values()):
+            for servo in self.reachable():
                 if inst == INST_WRITE:
                     self.write(servo, params[0], params[1:], effects)
                 else:
