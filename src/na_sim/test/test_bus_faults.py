@@ -247,3 +247,24 @@ def test_writing_baud_rate_moves_the_servo_to_the_new_rate(bus: Bus) -> None:
     assert bus.port.setBaudRate(new_baud)
     assert bus.ping(servo_id) == bus.sdk.COMM_SUCCESS
     assert bus.ping(bus.ids[0]) == bus.sdk.COMM_RX_TIMEOUT
+
+
+def test_timed_vanish_and_reappear_from_the_fault_spec(tmp_path: Path) -> None:
+    link = tmp_path / "ttyTIMED"
+    faults = FaultSpec.parse("vanish_after=0.2,reappear_after=0.3")
+    emulator = make_emulator("so101", StaticBackend(6), faults=faults, link=str(link))
+    emulator.start()
+    try:
+        port = scs.PortHandler(str(link))
+        assert port.openPort()
+        ph = scs.PacketHandler(0)
+        assert ph.ping(port, 1)[1] == scs.COMM_SUCCESS
+        wait_until(lambda: not link.exists(), 5.0, what="the timed unplug")
+        port.closePort()
+        wait_until(link.exists, 5.0, what="the timed replug")
+        assert port.openPort()
+        assert ph.ping(port, 1)[1] == scs.COMM_SUCCESS
+        port.closePort()
+    finally:
+        emulator.stop()
+    assert not link.exists()

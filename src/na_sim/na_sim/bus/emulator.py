@@ -39,7 +39,8 @@ class FaultSpec:
     drop/corrupt/late are probabilities per status packet; echo=1 makes the adapter echo every
     byte the host sends (as half-duplex adapters without echo suppression do); late_ms is how much
     later a late reply comes (beyond the SDKs' ~34 ms packet timeout); ids limits the faults to
-    replies from those servo ids.
+    replies from those servo ids. vanish_after unplugs the adapter that many seconds after start;
+    reappear_after plugs it back in (same link path, new pty) that many seconds later.
     """
 
     drop: float = 0.0
@@ -49,6 +50,8 @@ class FaultSpec:
     seed: int = 0
     late_ms: float = 100.0
     ids: frozenset[int] | None = None
+    vanish_after: float | None = None
+    reappear_after: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("drop", "corrupt", "late"):
@@ -57,10 +60,14 @@ class FaultSpec:
                 raise ValueError(f"fault probability {name}={value} is not within 0..1")
         if self.late_ms < 0:
             raise ValueError(f"late_ms={self.late_ms} must be >= 0")
+        for name in ("vanish_after", "reappear_after"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name}={value} must be >= 0 seconds")
 
     @classmethod
     def parse(cls, spec: str) -> FaultSpec:
-        """``"drop=0.05,corrupt=0.02,late=0.01,echo=1,seed=3,late_ms=80,ids=2+3"`` -> FaultSpec."""
+        """``"drop=0.05,corrupt=0.02,late=0.01,echo=1,seed=3,late_ms=80,ids=2+3,vanish_after=5,reappear_after=2"``."""
         known = {f.name for f in fields(cls)}
         values: dict[str, object] = {}
         for item in filter(None, (part.strip() for part in spec.split(","))):
@@ -87,6 +94,10 @@ class FaultSpec:
                  f"echo={int(self.echo)}", f"seed={self.seed}", f"late_ms={self.late_ms:g}"]
         if self.ids is not None:
             parts.append("ids=" + "+".join(map(str, sorted(self.ids))))
+        if self.vanish_after is not None:
+            parts.append(f"vanish_after={self.vanish_after:g}")
+        if self.reappear_after is not None:
+            parts.append(f"reappear_after={self.reappear_after:g}")
         return ",".join(parts)
 
     def applies_to(self, reply: Reply) -> bool:
@@ -134,6 +145,8 @@ class BusEmulator:
         self._stopping = threading.Event()
         self._slave_path: str | None = None
         self._lock = threading.Lock()
+        self._timers: list[threading.Timer] = []
+        self._stopped_by_user = False
 
     # ----------------------------------------------------------------- lifecycle
     @property
@@ -154,12 +167,20 @@ class BusEmulator:
         with self._lock:
             if self._thread is not None:
                 raise RuntimeError("the bus emulator is already running")
+            self._stopped_by_user = False
             self._open()
+            faults = self._faults
+            if faults is not None and faults.vanish_after is not None:
+                self._schedule(faults.vanish_after, self._timed_vanish)
         return self.path
 
     def stop(self) -> None:
         """Stop serving, close every fd, remove the link. Safe to call twice."""
         with self._lock:
+            self._stopped_by_user = True
+            for timer in self._timers:
+                timer.cancel()
+            self._timers.clear()
             self._close()
 
     def vanish(self) -> None:
@@ -173,6 +194,29 @@ class BusEmulator:
             if self._thread is None:
                 self._open()
         return self.path
+
+    def _schedule(self, delay: float, action) -> None:
+        timer = threading.Timer(delay, action)
+        timer.daemon = True
+        self._timers.append(timer)
+        timer.start()
+
+    def _timed_vanish(self) -> None:
+        with self._lock:
+            if self._stopped_by_user or self._thread is None:
+                return
+            LOG.info("bus emulator: vanishing (fault injection)")
+            self._close()
+            faults = self._faults
+            if faults is not None and faults.reappear_after is not None:
+                self._schedule(faults.reappear_after, self._timed_reappear)
+
+    def _timed_reappear(self) -> None:
+        with self._lock:
+            if self._stopped_by_user or self._thread is not None:
+                return
+            LOG.info("bus emulator: reappearing (fault injection)")
+            self._open()
 
     def set_faults(self, faults: FaultSpec | None) -> None:
         """Change the fault injection from now on (None = a clean bus); reseeds the generator."""
