@@ -368,6 +368,16 @@ class ServoBus(ABC):
             self.stats.writes_failed += 1
             self._failed(f"goal sync write failed ({self.ph.getTxRxResult(result)})", BusWriteError)
 
+    def set_servo_baudrate(self, baudrate: int) -> None:
+        """Program every servo's Baud_Rate register (torque off first: it is EEPROM); reconnect after."""
+        codes = {int(k): int(v) for k, v in self.robot.bus.extra.get("baud_codes", {}).items()}
+        if baudrate not in codes:
+            raise BusError(f"{self.robot.name}: no Baud_Rate code for {baudrate} bps (known: {sorted(codes)})")
+        reg = self.robot.bus.register("baud_rate")
+        self.set_torque(False)
+        for sid in self.ids:
+            self._write_register(sid, reg.address, reg.size, codes[baudrate])
+
     def set_torque(self, enabled: bool) -> None:
         """Torque on/off for every servo (acknowledged writes, retried)."""
         reg = self.robot.bus.register("torque_enable")
