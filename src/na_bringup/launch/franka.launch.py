@@ -1,0 +1,7 @@
+"""ros2 launch na_bringup franka.launch.py [sim:=true] [port:=...] [model:=...] [rate:=...] [rviz:=true]"""
+
+from na_bringup.launch_common import robot_launch_description
+
+
+def generate_launch_description():
+    return robot_launch_description("franka")
