@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import statistics
 import sys
 import time
@@ -46,19 +47,24 @@ class BusResult:
         return self.cycles / self.seconds
 
     @property
+    def baud(self) -> int:
+        """The emulated wire's baud rate, else the robot table's."""
+        return self.wire_baud or self.table_baud
+
+    @property
     def wire_ms(self) -> float:
-        """Time the same bytes take on a real bus at the robot table's baud rate (10 bits a byte)."""
-        return self.bytes_per_cycle * 10.0 / self.table_baud * 1000.0
+        """Time one cycle's bytes take on a real bus at ``baud`` (10 bits a byte, return delay 0)."""
+        return self.bytes_per_cycle * 10.0 / self.baud * 1000.0
 
     def row(self) -> str:
-        wire = f"{self.wire_baud:>9d}" if self.wire_baud else "      pty"
+        link = "wire" if self.wire_baud else "pty"
         rtf = f"{self.sim_rtf:5.2f}" if self.sim_rtf is not None else "    -"
-        return (f"{self.robot:6s} {self.mode:15s} {self.backend:6s} {wire} {self.rate_hz:9.0f} "
+        return (f"{self.robot:6s} {self.mode:15s} {self.backend:7s} {link:4s} {self.baud:8d} {self.rate_hz:9.0f} "
                 f"{self.p50_ms:7.3f} {self.p99_ms:7.3f} {self.failures:5d} {self.bytes_per_cycle:6.0f} "
                 f"{self.wire_ms:8.3f} {1000.0 / self.wire_ms:9.0f} {rtf}")
 
 
-HEADER = ("robot  mode            backend  link     cycles/s  p50 ms  p99 ms  fail  bytes  wire ms  "
+HEADER = ("robot  mode            backend link     baud  cycles/s  p50 ms  p99 ms  fail  bytes  wire ms  "
           "wire Hz   rtf")
 
 
@@ -199,8 +205,11 @@ def main(argv: list[str] | None = None) -> int:
             plan += [(robot, args.wire_baud, fast, False) for fast in modes]
         if args.sim:
             plan.append((robot, None, False, True))
-    print(f"na-sim-bench: {len(plan)} bus measurements x {args.seconds:g} s "
-          f"(telemetry block of every servo per cycle; 'wire' = bytes at the robot table's baud rate)")
+    load = os.getloadavg()
+    print(f"na-sim-bench: {len(plan)} bus measurements x {args.seconds:g} s, telemetry block of every servo "
+          f"per cycle; {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print("link pty = as fast as the pty goes; wire = each reply held for its wire time at 'baud'. "
+          "'wire ms/Hz' = what the same bytes allow on a real bus at 'baud'.")
     print(HEADER)
     results = []
     for robot, baud, fast, use_sim in plan:
@@ -216,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"simulation {robot}: {text} (SimulatedArm.advance, full servo physics)")
     if args.json:
         with open(args.json, "w") as out:
-            json.dump({"bus": [{**asdict(r), "rate_hz": r.rate_hz, "wire_ms": r.wire_ms} for r in results],
+            json.dump({"load_average": load, "cpus": os.cpu_count(),
+                       "bus": [{**asdict(r), "rate_hz": r.rate_hz, "wire_ms": r.wire_ms} for r in results],
                        "real_time_factor": physics}, out, indent=2)
     return 0
 
