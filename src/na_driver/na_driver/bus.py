@@ -370,7 +370,7 @@ class ServoBus(ABC):
 
     def set_servo_baudrate(self, baudrate: int) -> None:
         """Program every servo's Baud_Rate register (torque off first: it is EEPROM); reconnect after."""
-        codes = {int(k): int(v) for k, v in self.robot.bus.extra.get("baud_codes", {}).items()}
+        codes = {int(bps): int(code) for code, bps in self.robot.bus.extra.get("baud_rate_codes", {}).items()}
         if baudrate not in codes:
             raise BusError(f"{self.robot.name}: no Baud_Rate code for {baudrate} bps (known: {sorted(codes)})")
         reg = self.robot.bus.register("baud_rate")
