@@ -109,3 +109,48 @@ def test_driver_node_streams_obeys_and_recovers(robot_name, processes, ros_probe
         assert backend.torque_enabled == [False] * n
     finally:
         emulator.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("robot_name", ["so101", "omx"])
+def test_driver_node_with_simulated_arm(robot_name, processes, ros_probe, tmp_path):
+    """MuJoCo arm (na_sim SimulatedArm) behind the emulated bus: the node reports what the physics
+    does (position, gravity load) and /joint_commands move the simulated arm."""
+    from na_sim.arm import SimulatedArm
+
+    robot = load_robot(robot_name)
+    arm = SimulatedArm(robot_name, seed=1)
+    arm.start()
+    emulator = make_emulator(robot, arm, link=str(tmp_path / "ttySIM"))
+    emulator.start()
+    try:
+        ros_probe.subscribe(ActuatorState, "/actuator_states")
+        driver = start_driver(processes, robot_name, emulator.path, rate_hz=60.0)
+        wait_for(lambda: ros_probe.count("/actuator_states") >= 30, 30.0, "telemetry from the simulated arm", driver)
+        time.sleep(1.0)                                   # torque on: let the arm settle on its goals
+
+        def reported_vs_sim() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+            msg = ros_probe.messages("/actuator_states")[-1]
+            states = arm.servo_states()
+            return (np.array(msg.position), np.array([s.position for s in states]),
+                    np.array(msg.load), np.array([s.load for s in states]))
+        pos, sim_pos, load, sim_load = reported_vs_sim()
+        np.testing.assert_allclose(pos, sim_pos, atol=0.02)
+        np.testing.assert_allclose(load, sim_load, atol=0.05)
+        assert np.abs(load).max() > 0.005, "gravity should show in the load register of a held arm"
+
+        pub = ros_probe.publisher(JointState, "/joint_commands")
+        wait_for(lambda: pub.get_subscription_count() > 0, 20.0, "driver subscribed to /joint_commands", driver)
+        target = sim_pos.copy()
+        target[0] = 0.35
+
+        def moved() -> bool:
+            pub.publish(command(robot.joint_names, target))
+            return abs(arm.joint_positions()[0] - 0.35) < 0.05
+        wait_for(moved, 20.0, "the simulated arm at the commanded pan angle", driver, interval=0.05)
+        msg = ros_probe.messages("/actuator_states")[-1]
+        assert abs(msg.goal_position[0] - 0.35) < 1e-9
+        assert processes.stop(driver) == 0
+    finally:
+        emulator.stop()
+        arm.stop()
