@@ -95,6 +95,22 @@ class ServoParams:
                 values["motor_resistance"] = float(act["nominal_voltage_v"]) / float(act["stall_current_a"])
                 values["efficiency_forward"] = float(act["stall_torque_nm"]) / (
                     kt * float(act["gear_ratio"]) * float(act["stall_current_a"]))
+        # Register resolutions from the bus units (the sim reports exactly what the registers can hold).
+        units = robot.bus.units
+        if "pwm_full_scale" in units:
+            values["load_quantum"] = 1.0 / units["pwm_full_scale"]
+        elif "load_full_scale" in units:
+            values["load_quantum"] = 1.0 / units["load_full_scale"]
+        if "current_a_per_count" in units:
+            values["current_quantum"] = units["current_a_per_count"]
+        if "voltage_v_per_count" in units:
+            values["voltage_quantum"] = units["voltage_v_per_count"]
+        if "temperature_c_per_count" in units:
+            values["temperature_quantum"] = units["temperature_c_per_count"]
+        if "velocity_rpm_per_count" in units:
+            values["velocity_quantum"] = units["velocity_rpm_per_count"] * 2.0 * math.pi / 60.0
+        if "position_steps_per_rev" in units:
+            values["counts_per_rev"] = units["position_steps_per_rev"]
         armature = act.get("mjcf_joint_class", {}).get("armature")
         if armature is not None:
             values["rotor_inertia"] = armature

@@ -29,6 +29,8 @@ PROBE_GEOM = "na_contact_probe"
 SURFACE_GEOM = "na_surface"
 CONTACT_GROUP = 2          # collision bit shared only by the probe and the scenario surface
 PAYLOAD_RADIUS = 0.02      # m, sphere used for the payload's inertia
+PROBE_RADIUS = 0.008       # m, contact probe sphere at the grasp site
+SURFACE_HALF_THICKNESS = 0.05
 FAR_AWAY = -10.0           # m, z of the surface while no scenario uses it
 PANDA_TCP_OFFSET = 0.1034  # m along panda_hand z (Franka's flange-to-fingertip centre)
 
@@ -92,10 +94,10 @@ def build_spec(robot: str | RobotTable, params: ServoParams | None = None) -> mu
     payload.mass = 0.0
     payload.inertia = [0.0, 0.0, 0.0]
     payload.explicitinertial = True
-    parent.add_geom(name=PROBE_GEOM, type=mujoco.mjtGeom.mjGEOM_SPHERE, size=[0.008, 0, 0], pos=site.pos,
+    parent.add_geom(name=PROBE_GEOM, type=mujoco.mjtGeom.mjGEOM_SPHERE, size=[PROBE_RADIUS, 0, 0], pos=site.pos,
                     contype=CONTACT_GROUP, conaffinity=CONTACT_GROUP, mass=0.0, group=3,
                     condim=3, friction=[0.8, 0.005, 0.0001])
-    spec.worldbody.add_geom(name=SURFACE_GEOM, type=mujoco.mjtGeom.mjGEOM_BOX, size=[0.3, 0.3, 0.01],
+    spec.worldbody.add_geom(name=SURFACE_GEOM, type=mujoco.mjtGeom.mjGEOM_BOX, size=[0.3, 0.3, SURFACE_HALF_THICKNESS],
                             pos=[0.0, 0.0, FAR_AWAY], contype=CONTACT_GROUP, conaffinity=CONTACT_GROUP,
                             group=3, solref=[0.004, 1.0])
     return spec

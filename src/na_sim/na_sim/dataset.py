@@ -46,15 +46,17 @@ def simulate_episode(robot: str | RobotTable, scenario: Scenario, seed: int = 0)
     times = np.zeros(n_frames)
     torque, force = np.zeros((n_frames, J)), np.zeros((n_frames, 3))
     contact, condition = np.zeros(n_frames), np.ones((n_frames, J))
-    last_event_time = -1.0
+    scenario.apply(arm, -1.0, 0.0)
     for k in range(n_frames):
-        now = arm.time
-        scenario.apply(arm, last_event_time, now)
-        last_event_time = now
-        goal = scenario.goal(now)
-        arm.set_goal_vector(goal)
+        arm.set_goal_vector(scenario.goal(arm.time))    # the leader command, sampled like the recorder
         frame_time = (k + 1) * table.data_dt
-        arm.step(max(1, int(np.ceil((frame_time - arm.time) / arm.timestep - 1e-9))))
+        while arm.time < frame_time - 1e-9:
+            # Step to the next event (or the frame), so events act at their time, not the frame's.
+            upcoming = [e.time for e in scenario.events if arm.time < e.time <= frame_time]
+            until = min(upcoming) if upcoming else frame_time
+            before = arm.time
+            arm.step(max(1, int(np.ceil((until - arm.time) / arm.timestep - 1e-9))))
+            scenario.apply(arm, before, arm.time)
         states = arm.servo_states()
         times[k] = arm.time
         out["goal_position"][k] = arm.bank.goal

@@ -66,6 +66,11 @@ def apply_event(arm: Any, event: Event) -> None:
         arm.set_payload(float(event.value))
     elif event.kind == "push":
         arm.set_push(None if event.value is None else np.asarray(event.value, float))
+    elif event.kind == "surface_below":
+        # A surface ``value`` m under the probe's lowest point, wherever the arm hovers right now.
+        from na_sim.arm import PROBE_RADIUS
+
+        arm.set_surface(float(arm.grasp_position()[2]) - PROBE_RADIUS - float(event.value))
     elif event.kind == "surface":
         if event.value is None:
             arm.set_surface(None)
@@ -129,7 +134,7 @@ class _Builder:
         if value is None:
             frac = 0.7 if which == "open" else 0.2
             value = self.lo[self.gripper] + frac * (self.hi[self.gripper] - self.lo[self.gripper])
-        return float(value)
+        return float(np.clip(value, self.lo[self.gripper], self.hi[self.gripper]))
 
     def random_pose(self, fraction: float | None = None) -> np.ndarray:
         fraction = self.cfg["motion_fraction"] if fraction is None else fraction
@@ -248,7 +253,7 @@ def _pick(b: _Builder, name: str, duration: float | None) -> Scenario:
 
 
 def _contact(b: _Builder, table: RobotTable, duration: float | None) -> Scenario:
-    """Press the end effector down onto a rigid surface a few times, at different depths."""
+    """Hover, then a rigid surface appears 2 mm under the probe; press down onto it a few times."""
     from na_sim.arm import build_spec  # the same model the arm uses, for kinematics only
 
     model = build_spec(table).compile()
@@ -259,19 +264,17 @@ def _contact(b: _Builder, table: RobotTable, duration: float | None) -> Scenario
     pose = b.random_pose(0.25)
     data.qpos[qadr] = pose
     mujoco.mj_forward(model, data)
-    height = float(data.xpos[site][2]) - 0.005          # surface 5 mm below the hovering probe
     jac = np.zeros((3, model.nv))
     mujoco.mj_jacBody(model, data, jac, None, site)
     jz = jac[2, dofadr]
-    t, times, poses = 0.0, [0.0, 1.5], [b.home, pose]
-    t = 1.5
+    times, poses = [0.0, 1.5], [b.home, pose]
+    t = 2.5                                               # settled at the hover pose
+    events = [Event(t, "surface_below", 0.002)]
     for _ in range(3):
         depth = b.rng.uniform(0.01, 0.03)                # commanded penetration (m): the servos press
-        press = pose + jz * (-depth - 0.005) / max(float(jz @ jz), 1e-9)
+        press = pose + jz * -(depth + 0.002) / max(float(jz @ jz), 1e-9)
         times += [t + 1.0, t + 2.5, t + 3.5]
         poses += [np.clip(press, b.lo, b.hi)] * 2 + [pose]
         t += 3.5
     d = max(duration or 0.0, t + 1.0)
-    x, y = (float(v) for v in data.xpos[site][:2])
-    events = [Event(0.0, "surface", (height, x, y))]
     return Scenario("contact", table.name, d, waypoint_path(times, poses), events, initial_position=b.home)
