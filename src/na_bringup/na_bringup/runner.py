@@ -96,6 +96,7 @@ def running_stack(options: StackOptions, extra_nodes: Sequence[Callable[[], obje
     Everything started here is stopped on exit, in reverse order, whatever happened."""
     import rclpy
     from rclpy.executors import MultiThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
 
     sim = None
     nodes: list = []
@@ -109,8 +110,11 @@ def running_stack(options: StackOptions, extra_nodes: Sequence[Callable[[], obje
                 port = str(link)
             override_path = Path(tmp) / "overrides.yaml"
             override_path.write_text(yaml.safe_dump(_override_file(options, port)))
+            # Signals are ours (stop_event_on_signals): the nodes must close (torque off) while the
+            # ROS context is still valid, so rclpy must not shut it down first on Ctrl-C.
             rclpy.init(args=["na-bringup", "--ros-args", "--params-file", str(params_file(options.stack)),
-                             "--params-file", str(override_path)])
+                             "--params-file", str(override_path)],
+                       signal_handler_options=SignalHandlerOptions.NO)
             for spec in nodes_of(options.stack):
                 nodes.append(_make_node(spec))
             for factory in extra_nodes:
@@ -120,12 +124,13 @@ def running_stack(options: StackOptions, extra_nodes: Sequence[Callable[[], obje
                 executor.add_node(node)
             yield {"nodes": nodes, "executor": executor, "sim": sim}
         finally:
-            if executor is not None:
-                executor.shutdown(timeout_sec=2.0)
-            for node in reversed(nodes):
+            for node in reversed(nodes):    # stop the nodes' own threads first (driver: torque off)
                 close = getattr(node, "close", None)
                 if callable(close):
                     close()
+            if executor is not None:
+                executor.shutdown(timeout_sec=2.0)
+            for node in reversed(nodes):
                 node.destroy_node()
             with contextlib.suppress(Exception):
                 rclpy.try_shutdown()
