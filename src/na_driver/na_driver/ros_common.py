@@ -19,13 +19,24 @@ from na_msgs.msg import ActuatorState
 def declare(node: Node, name: str, default, description: str, *, float_range: tuple[float, float] | None = None,
             int_range: tuple[int, int] | None = None, read_only: bool = True):
     """Declare a parameter with a description and (optionally) a range; returns its value."""
-    descriptor = ParameterDescriptor(description=description, read_only=read_only)
+    is_float = isinstance(default, float)
+    # dynamic typing for floats so `rate_hz:=100` (an int on the command line) is accepted; the range is
+    # then checked here, since ROS checks a FloatingPointRange only against double values
+    descriptor = ParameterDescriptor(description=description, read_only=read_only, dynamic_typing=is_float)
     if float_range is not None:
         descriptor.floating_point_range = [FloatingPointRange(from_value=float(float_range[0]),
                                                               to_value=float(float_range[1]), step=0.0)]
     if int_range is not None:
         descriptor.integer_range = [IntegerRange(from_value=int(int_range[0]), to_value=int(int_range[1]), step=1)]
-    return node.declare_parameter(name, default, descriptor).value
+    value = node.declare_parameter(name, default, descriptor).value
+    if is_float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SystemExit(f"{node.get_name()}: parameter {name} must be a number, got {value!r}")
+        value = float(value)
+        if float_range is not None and not float_range[0] <= value <= float_range[1]:
+            raise SystemExit(f"{node.get_name()}: parameter {name}={value} is outside "
+                             f"[{float_range[0]}, {float_range[1]}] ({description})")
+    return value
 
 
 def stamp_from_ns(ns: int) -> Time:
