@@ -330,8 +330,16 @@ class BusEmulator:
             self._reply(replies, consumed, received_at)
 
     def _reply(self, replies: list[Reply], request_length: int, received_at: float) -> None:
+        """Send the status packets of one instruction, through the faults, in one write where possible.
+
+        The SDKs read a group's replies as one stream, so the replies of a sync read go out together
+        (with wire timing: when the last of them would have crossed the wire); a late reply first
+        flushes the ones before it, which stay on time.
+        """
         sent_bytes = request_length
         faults = self._faults  # one fault configuration for the whole instruction
+        pending: list[bytes] = []
+        due = received_at
         for reply in replies:
             data = reply.data
             if faults is not None and faults.applies_to(reply):
@@ -343,14 +351,23 @@ class BusEmulator:
                     self.stats.corrupted += 1
                 if faults.late and self._rng.random() < faults.late:
                     self.stats.late += 1
+                    self._flush(pending, due)
                     if self._stopping.wait(faults.late_ms / 1000.0):
                         return
+            sent_bytes += len(data)
             if self.wire_baud:
-                sent_bytes += len(data)
                 due = received_at + sent_bytes * 10.0 / self.wire_baud + reply.return_delay_s
-                _wait_until(due)
-            self._send(data)
-            self.stats.replies += 1
+            pending.append(data)
+        self._flush(pending, due)
+
+    def _flush(self, pending: list[bytes], due: float) -> None:
+        if not pending:
+            return
+        if self.wire_baud:
+            _wait_until(due)
+        self._send(b"".join(pending))
+        self.stats.replies += len(pending)
+        pending.clear()
 
     def _host_baud(self) -> int | None:
         """The baud rate the host set on its end of the pty (None if it cannot be told)."""
