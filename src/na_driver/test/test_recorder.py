@@ -57,7 +57,8 @@ def check_rows(traj, robot_name: str) -> np.ndarray:
 
 @pytest.mark.ros
 def test_so101_round_trip_with_payload_labels(processes, tmp_path):
-    path = record(processes, tmp_path, "so101", ["--payload-kg", "0.3", "--holding"])
+    bag = tmp_path / "so101.mcap"
+    path = record(processes, tmp_path, "so101", ["--payload-kg", "0.3", "--holding", "--mcap", str(bag)])
     raw = path.read_bytes()
     assert raw.count(b"\r\n") == 41 and raw.startswith(b"timestamp,pos1,")
     traj = load_trajectory(path, "so101")
@@ -65,6 +66,11 @@ def test_so101_round_trip_with_payload_labels(processes, tmp_path):
     assert np.isnan(traj.force[:, :2]).all()                     # -999 in the file
     np.testing.assert_allclose(traj.force[:, 2], -0.3 * 9.81, atol=0.005)   # NAD writes SO-101 labels to 0.01 N
     assert b",-999," in raw
+    from mcap_ros2.reader import read_ros2_messages
+
+    bagged = [m.ros_msg for m in read_ros2_messages(str(bag))]
+    assert len(bagged) == 40
+    np.testing.assert_allclose([m.position[0] for m in bagged], traj.quantities["position"][:, 0])
 
 
 @pytest.mark.ros
