@@ -104,8 +104,10 @@ def build_spec(robot: str | RobotTable, params: ServoParams | None = None) -> mu
 
 
 @cache
-def _compiled(robot_name: str) -> mujoco.MjModel:
-    return build_spec(robot_name).compile()
+def _compiled(robot_name: str, armature: tuple[float, ...]) -> mujoco.MjModel:
+    """Compiled once per robot and rotor inertia (the only servo parameter the model holds)."""
+    table = load_robot(robot_name)
+    return build_spec(table, ServoParams.from_robot(table, rotor_inertia=np.asarray(armature))).compile()
 
 
 class SimulatedArm:
@@ -115,8 +117,8 @@ class SimulatedArm:
                  initial_position: np.ndarray | None = None, gravity_compensation: bool | None = None) -> None:
         self.robot = _robot(robot)
         self.params = params or ServoParams.from_robot(self.robot)
-        self.model = build_spec(self.robot, self.params).compile() if params is not None else \
-            _copy_model(_compiled(self.robot.name))
+        armature = np.broadcast_to(np.asarray(self.params.rotor_inertia, float), (self.robot.n_joints,))
+        self.model = _copy_model(_compiled(self.robot.name, tuple(float(a) for a in armature)))
         self.data = mujoco.MjData(self.model)
         self.rng = np.random.default_rng(seed)
         self.bank = ServoBank(self.params, self.robot.n_joints, self.rng, self.model.opt.timestep)
