@@ -11,7 +11,7 @@ import pytest
 
 from na_description.robot_table import load_robot
 from na_sim.bus import BusEmulator, StaticBackend, make_emulator
-from na_sim.bus.dynamixel import crc16, stuff, unstuff
+from na_sim.bus.dynamixel import build_packet, crc16, stuff, unstuff
 
 OMX = load_robot("omx")
 REG = OMX.bus.registers
@@ -251,3 +251,36 @@ def test_a_robot_without_a_servo_bus_is_refused() -> None:
         make_emulator("panda", StaticBackend(load_robot("panda").n_joints))
     with pytest.raises(ValueError, match="4 servo states"):
         make_emulator("omx", StaticBackend(4))
+
+
+def test_status_return_level_zero_answers_only_pings(bus: Session) -> None:
+    level = REG["status_return_level"]
+    # the new level already applies to the status packet of the write that sets it
+    assert bus.ph.write1ByteTxRx(bus.port, IDS[0], level.address, 0)[0] == dxl.COMM_RX_TIMEOUT
+    assert bus.ph.write1ByteTxRx(bus.port, IDS[0], REG["led"].address, 1)[0] == dxl.COMM_RX_TIMEOUT
+    assert bus.ph.read1ByteTxRx(bus.port, IDS[0], REG["led"].address)[1] == dxl.COMM_RX_TIMEOUT
+    assert bus.ph.ping(bus.port, IDS[0])[1] == dxl.COMM_SUCCESS
+
+
+def test_changing_an_id_keeps_the_joint(bus: Session) -> None:
+    assert bus.ph.write1ByteTxRx(bus.port, IDS[4], REG["id"].address, 42) == (dxl.COMM_SUCCESS, 0)
+    assert bus.ph.ping(bus.port, IDS[4])[1] == dxl.COMM_RX_TIMEOUT
+    assert bus.ph.ping(bus.port, 42)[1] == dxl.COMM_SUCCESS
+    assert bus.ph.write4ByteTxRx(bus.port, 42, REG["goal_position"].address, 2048) == (dxl.COMM_SUCCESS, 0)
+    assert bus.backend.goals[4] == pytest.approx(0.0)
+
+
+def test_engine_answers_a_bad_instruction_crc_with_a_crc_error() -> None:
+    """Pure protocol engine (no pty): a corrupted instruction is answered with error 3, garbage skipped."""
+    emulator = make_emulator("omx", StaticBackend(OMX.n_joints))
+    engine = emulator.engine
+    packet = bytearray(build_packet(IDS[0], 0x01, b""))  # ping
+    packet[-1] ^= 0xFF
+    buffer = bytearray(b"\x00\x13\xff") + packet
+    consumed, request = engine.extract(buffer)
+    assert (consumed, request) == (3, None)  # noise before the header
+    del buffer[:consumed]
+    consumed, request = engine.extract(buffer)
+    assert consumed == len(packet) and request is not None and not request.checksum_ok
+    (reply,) = engine.handle(request)
+    assert reply.data[8] == dxl.ERRNUM_CRC and crc16(reply.data[:-2]) == int.from_bytes(reply.data[-2:], "little")

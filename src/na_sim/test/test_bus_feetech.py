@@ -194,3 +194,20 @@ def test_checksum_matches_the_sdk(bus: Session) -> None:
     bus.ph.txPacket(bus.port, packet)  # the SDK fills in its checksum
     bus.port.is_using = False
     assert packet[-1] == checksum(bytes(packet[2:-1]))
+
+
+def test_changing_an_id_keeps_the_joint(bus: Session) -> None:
+    assert bus.ph.write1ByteTxRx(bus.port, IDS[5], REG["id"].address, 33) == (scs.COMM_SUCCESS, 0)
+    assert bus.ph.ping(bus.port, IDS[5])[1] == scs.COMM_RX_TIMEOUT
+    assert bus.ph.ping(bus.port, 33)[1] == scs.COMM_SUCCESS
+    assert bus.ph.write2ByteTxRx(bus.port, 33, REG["goal_position"].address, 2048) == (scs.COMM_SUCCESS, 0)
+    assert bus.backend.goals[5] == pytest.approx(0.0)
+
+
+def test_a_bad_instruction_checksum_gets_no_reply(bus: Session) -> None:
+    packet = [0xFF, 0xFF, IDS[0], 2, 0x01, 0]
+    packet[-1] = checksum(bytes(packet[2:-1])) ^ 0xFF
+    bus.port.writePort(bytes(packet))
+    assert bus.ph.ping(bus.port, IDS[0])[1] == scs.COMM_SUCCESS  # the next good packet is answered
+    assert bus.emulator.stats.malformed >= 1
+    assert bus.emulator.stats.replies == 2  # the ping and its model-number read, nothing for the bad one
