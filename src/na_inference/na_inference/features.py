@@ -151,6 +151,13 @@ class FeatureSpec:
             start += width
         return tuple(out)
 
+    def quantity_slice(self, quantity: str) -> slice:
+        """Columns of ``quantity`` in a frame (e.g. to swap in simulated position/velocity during a rollout)."""
+        for q, where in self._slices:
+            if q == quantity:
+                return where
+        raise FeatureError(f"the {self.robot} feature spec has no quantity {quantity!r} (has {self.quantities})")
+
     def frame(self, sample: Mapping[str, np.ndarray]) -> np.ndarray:
         """One telemetry sample (quantity -> [n_joints] physical units) -> float32 [F].
 

@@ -125,3 +125,13 @@ def test_feature_cli_prints_table_and_timing(nad_dir: Path, capsys: pytest.Captu
     assert main([str(nad_dir), "--robot", "omx"]) == 0
     out = capsys.readouterr().out
     assert "omx: 36 features x 9 tokens" in out and "aperture/gripper" in out and "us/sample" in out
+
+
+def test_quantity_slices_cover_the_frame(nad_dir: Path) -> None:
+    spec, trajs = so101_spec(nad_dir)
+    frames = spec.frames(trajs[0])
+    velocity = frames[:, spec.quantity_slice("velocity")]
+    np.testing.assert_array_equal(velocity, trajs[0].quantities["velocity"].astype(np.float32))
+    assert spec.quantity_slice("position_error") == slice(36, 42)
+    with pytest.raises(FeatureError, match="no quantity 'current'"):
+        spec.quantity_slice("current")
