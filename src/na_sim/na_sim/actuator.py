@@ -67,6 +67,7 @@ class ServoParams:
     current_signed: bool = False          # XM430 reports the signed motor current
     velocity_quantum: float = 0.0         # rad/s per velocity count (0: only the window's resolution)
     voltage_quantum: float = 0.1          # V per voltage count
+    voltage_sensor_offset: float = 0.0    # V, per-servo ADC/cable offset of the voltage reading
     temperature_quantum: float = 1.0      # degC per temperature count
     position_noise_counts: float = 0.3    # std of encoder noise before quantisation
     load_noise: float = 0.002             # std of the PWM reading noise (duty)
@@ -305,7 +306,8 @@ class ServoBank:
         raw_current = self.supply_current if p.current_is_supply_side else self.current
         raw_current = raw_current if p.current_signed else np.abs(raw_current)
         current = np.round(raw_current / float(p.current_quantum)) * float(p.current_quantum)
-        voltage = np.round(self.bus_voltage / float(p.voltage_quantum)) * float(p.voltage_quantum)
+        voltage = self.bus_voltage + self.v["voltage_sensor_offset"]
+        voltage = np.round(voltage / float(p.voltage_quantum)) * float(p.voltage_quantum)
         temperature = np.round(self.case_temp / float(p.temperature_quantum)) * float(p.temperature_quantum)
         moving = np.abs(self.velocity_counts) > 0.5
         return ServoReadings(position, velocity, load, current, voltage, temperature, moving)

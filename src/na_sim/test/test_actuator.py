@@ -10,7 +10,8 @@ from na_sim.actuator import ServoBank, ServoParams
 
 
 def so101_params(**changes) -> ServoParams:
-    return ServoParams.from_robot(load_robot("so101"), **changes)
+    """SO-101 servo parameters for a bank of any size (per-servo sensor offsets dropped)."""
+    return ServoParams.from_robot(load_robot("so101"), **{"voltage_sensor_offset": 0.0, **changes})
 
 
 def test_params_come_from_the_robot_table():

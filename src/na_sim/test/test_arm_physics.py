@@ -14,7 +14,8 @@ from na_sim.bus.backend import ArmBackend
 # A servo with no losses and no sensor noise: the load register must then explain the gravity
 # torque exactly through the motor model (duty * V * Kt * N / R at standstill).
 LOSSLESS = dict(coulomb_friction=0.0, stribeck_friction=0.0, viscous_friction=0.0, efficiency_forward=1.0,
-                efficiency_backward=1.0, backlash=0.0, position_noise_counts=0.0, load_noise=0.0)
+                efficiency_backward=1.0, backlash=0.0, position_noise_counts=0.0, load_noise=0.0,
+                voltage_sensor_offset=0.0)
 SO101_POSE = np.array([0.1, -0.6, 0.9, 0.4, 0.0, 0.5])
 OMX_POSE = np.array([0.2, 0.3, -0.2, 0.4, -0.8])
 
