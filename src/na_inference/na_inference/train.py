@@ -1,0 +1,438 @@
+"""``na-train``: train the NeuralActuator network on NAD through the differentiable simulator, on a CPU.
+
+Two stages share one optimizer and one warm-up + cosine learning-rate schedule:
+
+1. **Teacher-forced warm start** (cheap, large batches): windows of RECORDED telemetry - exactly what the
+   runtime node feeds the model - supervise the force and gate heads, and the torque head through ONE
+   simulator step from the recorded state (perturbed by noise on q, mirrored in the window's position and
+   position-error columns, so the torque head learns to correct errors it will make in a rollout).
+2. **Rollouts** with a length curriculum: the reference method (method.md) - the network input mixes
+   recorded telemetry with the simulated position/velocity/position error, the clipped torque is held for
+   ``substeps`` semi-implicit Euler substeps, and the losses compare the simulated next rows with the
+   recorded ones.
+
+Losses (reference weights): 100 smooth-L1 position, 5 smooth-L1 velocity, 30 smooth-L1 gated force (contact
+frames x5, -999 frames masked; on a labelled SO-101 frame the unlabelled x/y axes are 0 N, the payload
+hangs straight down), 1 gate BCE (label |f| > 0.01 N), 1 condition BCE where labels exist.
+AdamW, grad-norm clip 1.0, parameter EMA (used for validation and the final checkpoint), checkpoints with
+optimizer/EMA/RNG state (resume continues bit-identically), tqdm progress, CSV log, seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import csv
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from na_description.robot_table import load_robot
+
+from .dynamics import RigidBodyDynamics
+from .features import default_spec, fit_normalization
+from .model import ModelConfig, NeuralActuatorNet, count_parameters, load_checkpoint, save_checkpoint
+from .nad import find_trajectories, holdout_split, load_trajectory
+from .rollout import FeatureMixer, PreparedTrajectory, prepare, protocol_rollouts, rollout
+
+CHECKPOINT_FORMAT = "na-train-1"
+
+
+@dataclass
+class TrainConfig:
+    """Every knob of a training run (written into the checkpoint and the model metadata)."""
+
+    robot: str = "so101"
+    nad_dir: str = "../shared/nad"
+    out_dir: str = "runs/so101"
+    preset: str = "small"
+    seed: int = 0
+    threads: int = 1
+    holdout_per_task: int = 1
+    max_files: int = 0                 # 0 = all training files (tests use 1)
+    max_rows: int = 0                  # 0 = whole trajectories (tests use a short prefix)
+    teacher_steps: int = 1500
+    teacher_batch: int = 256
+    teacher_noise: float = 0.02        # rad on q in the teacher-forced simulator step
+    rollout_steps: int = 500
+    rollout_batch: int = 32
+    curriculum: str = "8:0,16:150,32:300"  # rollout length : from rollout step
+    init_noise: float = 0.02           # rad on the initial q of a rollout (reference 0.05)
+    substeps: int = 5
+    apply_force: bool = False          # apply the predicted force at the grasp site (J^T f) in the simulator
+    lr: float = 1e-3
+    weight_decay: float = 1e-4
+    warmup: int = 100
+    ema: float = 0.999
+    grad_clip: float = 1.0
+    w_position: float = 100.0
+    w_velocity: float = 5.0
+    w_force: float = 30.0
+    w_gate: float = 1.0
+    w_condition: float = 1.0
+    contact_weight: float = 5.0
+    checkpoint_every: int = 250
+    validate: bool = True
+    log_every: int = 10
+
+    @property
+    def total_steps(self) -> int:
+        return self.teacher_steps + self.rollout_steps
+
+    def rollout_length(self, rollout_step: int) -> int:
+        length = 1
+        for item in self.curriculum.split(","):
+            steps, start = (int(v) for v in item.split(":"))
+            if rollout_step >= start:
+                length = steps
+        return length
+
+
+@dataclass
+class Batch:
+    """Tensors for one optimisation step; ``history`` [B, H, F], ``recorded`` [B, T, F], targets [B, T, ...]."""
+
+    history: torch.Tensor
+    recorded: torch.Tensor
+    q0: torch.Tensor
+    qd0: torch.Tensor
+    position: torch.Tensor
+    velocity: torch.Tensor
+    force: torch.Tensor
+    force_mask: torch.Tensor
+    contact: torch.Tensor
+    condition: torch.Tensor | None = None
+    condition_mask: torch.Tensor | None = None
+
+
+@dataclass
+class Dataset:
+    """Training trajectories as arrays, with the row sampler both stages use."""
+
+    trajs: list[PreparedTrajectory]
+    history: int
+    dt: float
+    windows: list[np.ndarray] = field(default_factory=list)  # [T, H+1, F] per trajectory (recorded)
+
+    def __post_init__(self) -> None:
+        self.targets = []
+        for tr in self.trajs:
+            labelled = tr.force_mask.any(axis=1, keepdims=True)
+            force = np.where(labelled, np.nan_to_num(tr.force), 0.0).astype(np.float32)
+            mask = np.broadcast_to(labelled, force.shape).astype(np.float32)
+            cond = tr.condition if tr.condition is not None else np.zeros(tr.position.shape[1], np.float32)
+            self.targets.append((force, mask, tr.contact, cond, float(tr.condition is not None)))
+
+    def sample(self, gen: torch.Generator, batch: int, steps: int, padded: np.ndarray) -> list[tuple[int, int]]:
+        """``batch`` (trajectory, start row) pairs, uniform over trajectories then starts with room for
+        ``steps`` steps and a previous row (for the backward-difference velocity)."""
+        out = []
+        for _ in range(batch):
+            k = int(torch.randint(len(self.trajs), (1,), generator=gen))
+            hi = len(self.trajs[k]) - steps - 1
+            out.append((k, 1 + int(torch.randint(max(hi, 1), (1,), generator=gen))))
+        return out
+
+    def make_batch(self, picks: list[tuple[int, int]], steps: int, mean_frame: np.ndarray) -> Batch:
+        hist, rec, q0, qd0, pos, vel, frc, fmask, contact, cond, cmask = ([] for _ in range(11))
+        for k, s in picks:
+            tr = self.trajs[k]
+            force, mask, cont, condition, has_cond = self.targets[k]
+            window = self.windows[k][s]          # frames s-H..s
+            hist.append(window[:-1])
+            rec.append(tr.frames[s:s + steps])
+            q0.append(tr.position[s])
+            qd0.append((tr.position[s] - tr.position[s - 1]) / self.dt)
+            rows = slice(s + 1, s + steps + 1)
+            pos.append(tr.position[rows])
+            vel.append(tr.velocity[rows])
+            frc.append(force[rows])
+            fmask.append(mask[rows])
+            contact.append(cont[rows])
+            cond.append(np.broadcast_to(condition, (steps, len(condition))))
+            cmask.append(np.full((steps, 1), has_cond, np.float32))
+
+        def t(items: list[np.ndarray]) -> torch.Tensor:
+            return torch.from_numpy(np.stack(items).astype(np.float32))
+
+        has_condition = any(m.any() for m in cmask)
+        return Batch(t(hist), t(rec), t(q0), t(qd0), t(pos), t(vel), t(frc), t(fmask), t(contact),
+                     t(cond) if has_condition else None, t(cmask) if has_condition else None)
+
+
+def load_datasets(cfg: TrainConfig) -> tuple[list[Path], list[Path]]:
+    paths = find_trajectories(cfg.nad_dir, cfg.robot, split="train")
+    train, val = holdout_split(paths, cfg.holdout_per_task)
+    if cfg.max_files:
+        train = train[:cfg.max_files]
+    return train, val
+
+
+def read_prepared(paths: list[Path], spec, robot: str, max_rows: int = 0) -> list[PreparedTrajectory]:
+    out = []
+    for p in paths:
+        traj = prepare(load_trajectory(p, robot), spec)
+        if max_rows:
+            for name in ("frames", "position", "velocity", "force"):
+                setattr(traj, name, getattr(traj, name)[:max_rows])
+        out.append(traj)
+    return out
+
+
+def losses(cfg: TrainConfig, out, batch: Batch) -> dict[str, torch.Tensor]:
+    """The reference losses on a rollout (or one teacher-forced step); keys are the CSV log columns."""
+    terms: dict[str, torch.Tensor] = {}
+    terms["position"] = F.smooth_l1_loss(out.q, batch.position)
+    terms["velocity"] = F.smooth_l1_loss(out.qd, batch.velocity)
+    weight = batch.force_mask * (1.0 + (cfg.contact_weight - 1.0) * batch.contact[..., None])
+    per = F.smooth_l1_loss(out.force, batch.force, reduction="none")
+    terms["force"] = (per * weight).sum() / weight.sum().clamp_min(1.0)
+    terms["gate"] = F.binary_cross_entropy_with_logits(out.gate_logit[..., 0], batch.contact)
+    if batch.condition is not None:
+        per_c = F.binary_cross_entropy_with_logits(out.condition_logit, batch.condition, reduction="none")
+        terms["condition"] = (per_c * batch.condition_mask).sum() / (batch.condition_mask.sum() * per_c.shape[-1])
+    else:
+        terms["condition"] = out.q.new_zeros(())
+    terms["total"] = (cfg.w_position * terms["position"] + cfg.w_velocity * terms["velocity"]
+                      + cfg.w_force * terms["force"] + cfg.w_gate * terms["gate"]
+                      + cfg.w_condition * terms["condition"])
+    return terms
+
+
+def teacher_forced_step(cfg: TrainConfig, net, dyn, mixer: FeatureMixer, batch: Batch, gen: torch.Generator):
+    """One simulator step from the recorded state (q perturbed), window = recorded history + mixed frame."""
+    noise = torch.randn(batch.q0.shape, generator=gen) * cfg.teacher_noise
+    return rollout(net, dyn, mixer, batch.recorded[:, :1], batch.history, batch.q0 + noise, batch.qd0,
+                   dyn_dt(cfg), cfg.substeps, cfg.apply_force)
+
+
+def dyn_dt(cfg: TrainConfig) -> float:
+    return load_robot(cfg.robot).data_dt
+
+
+def learning_rate(cfg: TrainConfig, step: int) -> float:
+    """Linear warm-up, then cosine decay to 5 % over the whole run."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = min(1.0, (step - cfg.warmup) / max(1, cfg.total_steps - cfg.warmup))
+    return cfg.lr * (0.05 + 0.95 * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+@torch.no_grad()
+def update_ema(ema: torch.nn.Module, net: torch.nn.Module, decay: float, step: int) -> None:
+    d = min(decay, (1.0 + step) / (10.0 + step))
+    for e, p in zip(ema.parameters(), net.parameters()):
+        e.mul_(d).add_(p.detach(), alpha=1.0 - d)
+
+
+@torch.no_grad()
+def validate(cfg: TrainConfig, net, dyn, mixer: FeatureMixer, trajs: list[PreparedTrajectory]) -> dict[str, float]:
+    """Rollout protocol on the held-out trajectories (worst-joint MAE in deg, force MAE all frames/axes, z
+    labelled) plus the teacher-forced (deployment-like) force MAE."""
+    net.eval()
+    worst, force_all, force_z, dep_all = [], [], [], []
+    for tr, out in zip(trajs, protocol_rollouts(net, dyn, mixer, trajs, dyn_dt(cfg), cfg.substeps, cfg.apply_force)):
+        err_deg = np.degrees(np.abs(out.q[0].numpy() - tr.position[1:]))
+        worst.append(float(err_deg.mean(axis=0).max()))
+        label = np.nan_to_num(tr.force[1:])
+        force_all.append(float(np.abs(out.force[0].numpy() - label).mean()))
+        lab = ~np.isnan(tr.force[1:, 2])
+        if lab.any():
+            force_z.append(float(np.abs(out.force[0, :, 2].numpy()[lab] - tr.force[1:, 2][lab]).mean()))
+        windows = torch.from_numpy(mixer.spec.windows(tr.frames))
+        pred = net(mixer.normalize(windows))
+        gated = (torch.sigmoid(pred["gate_logit"]) * pred["force_raw"]).numpy()
+        dep_all.append(float(np.abs(gated - np.nan_to_num(tr.force)).mean()))
+    return {"val_worst_joint_deg": float(np.mean(worst)), "val_force_mae": float(np.mean(force_all)),
+            "val_force_z_labelled": float(np.mean(force_z)) if force_z else float("nan"),
+            "val_deploy_force_mae": float(np.mean(dep_all))}
+
+
+class Trainer:
+    """Holds the run state (network, EMA, optimizer, RNG) so a checkpoint can restore all of it."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+        torch.manual_seed(cfg.seed)
+        torch.set_num_threads(cfg.threads)
+        self.train_paths, self.val_paths = load_datasets(cfg)
+        base = default_spec(cfg.robot)
+        raw = read_prepared(self.train_paths, base, cfg.robot, cfg.max_rows)
+        self.spec = fit_normalization(base, [t.frames for t in raw])
+        self.data = Dataset(raw, self.spec.history, self.spec.dt, [self.spec.windows(t.frames) for t in raw])
+        self.val = read_prepared(self.val_paths, self.spec, cfg.robot) if cfg.validate else []
+        self.mixer = FeatureMixer(self.spec)
+        self.dyn = RigidBodyDynamics.for_robot(cfg.robot, dtype=torch.float32)
+        self.model_config = ModelConfig.preset(cfg.preset, self.spec.n_features, self.spec.n_joints,
+                                               history=self.spec.history)
+        self.net = NeuralActuatorNet(self.model_config)
+        self.ema = copy.deepcopy(self.net).eval()
+        for p in self.ema.parameters():
+            p.requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(self.net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.step = 0
+        self.elapsed = 0.0
+        self.out = Path(cfg.out_dir)
+
+    # ------------------------------------------------------------------ state
+    def state(self) -> dict:
+        return {
+            "format": CHECKPOINT_FORMAT, "step": self.step, "elapsed_s": self.elapsed,
+            "train_config": asdict(self.cfg), "ema_state_dict": self.ema.state_dict(),
+            "optimizer": self.optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
+            "sampler_rng": self.gen.get_state(),
+            "train_files": [str(p) for p in self.train_paths], "val_files": [str(p) for p in self.val_paths],
+        }
+
+    def save(self, path: Path) -> None:
+        save_checkpoint(path, self.net, self.model_config, self.spec, self.state())
+
+    def restore(self, path: Path) -> None:
+        net, config, spec, extra = load_checkpoint(path)
+        if extra.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"{path} is not a na-train checkpoint (no optimizer/EMA state to resume from)")
+        if not np.array_equal(spec.mean, self.spec.mean) or config.to_dict() != self.model_config.to_dict():
+            raise ValueError(f"{path} was trained on other data or with another model size; cannot resume")
+        self.net.load_state_dict(net.state_dict())
+        self.ema.load_state_dict(extra["ema_state_dict"])
+        self.optimizer.load_state_dict(extra["optimizer"])
+        torch.set_rng_state(extra["torch_rng"])
+        self.gen.set_state(extra["sampler_rng"])
+        self.step = int(extra["step"])
+        self.elapsed = float(extra["elapsed_s"])
+
+    # ------------------------------------------------------------------ loop
+    def train_step(self) -> dict[str, float]:
+        cfg = self.cfg
+        self.net.train()
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate(cfg, self.step)
+        if self.step < cfg.teacher_steps:
+            stage, steps = "teacher", 1
+            picks = self.data.sample(self.gen, cfg.teacher_batch, 1, None)
+            batch = self.data.make_batch(picks, 1, self.spec.mean)
+            out = teacher_forced_step(cfg, self.net, self.dyn, self.mixer, batch, self.gen)
+        else:
+            stage, steps = "rollout", cfg.rollout_length(self.step - cfg.teacher_steps)
+            picks = self.data.sample(self.gen, cfg.rollout_batch, steps, None)
+            batch = self.data.make_batch(picks, steps, self.spec.mean)
+            noise = torch.randn(batch.q0.shape, generator=self.gen) * cfg.init_noise
+            out = rollout(self.net, self.dyn, self.mixer, batch.recorded, batch.history, batch.q0 + noise,
+                          batch.qd0, self.spec.dt, cfg.substeps, cfg.apply_force)
+        terms = losses(cfg, out, batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        terms["total"].backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.net.parameters(), cfg.grad_clip)
+        self.optimizer.step()
+        update_ema(self.ema, self.net, cfg.ema, self.step)
+        self.step += 1
+        row = {k: float(v.detach()) for k, v in terms.items()}
+        row.update(step=self.step, stage=stage, rollout_length=steps, lr=self.optimizer.param_groups[0]["lr"],
+                   grad_norm=float(grad_norm))
+        return row
+
+    def run(self, until: int | None = None, resume: Path | None = None) -> Path:
+        """Train to ``until`` (default: the configured total); returns the final (EMA) checkpoint path."""
+        cfg = self.cfg
+        self.out.mkdir(parents=True, exist_ok=True)
+        if resume is not None:
+            self.restore(resume)
+        until = cfg.total_steps if until is None else until
+        log_path = self.out / "train_log.csv"
+        columns = ["step", "stage", "rollout_length", "lr", "total", "position", "velocity", "force", "gate",
+                   "condition", "grad_norm", "elapsed_s", "val_worst_joint_deg", "val_force_mae",
+                   "val_force_z_labelled", "val_deploy_force_mae"]
+        new_log = not log_path.exists() or resume is None
+        with open(log_path, "w" if new_log else "a", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
+            if new_log:
+                writer.writeheader()
+            bar = tqdm(total=until, initial=self.step, desc=f"na-train {cfg.robot}", unit="step",
+                       disable=not sys.stderr.isatty() and cfg.log_every <= 0, mininterval=2.0)
+            while self.step < until:
+                start = time.perf_counter()
+                row = self.train_step()
+                self.elapsed += time.perf_counter() - start
+                row["elapsed_s"] = self.elapsed
+                boundary = self.step == cfg.teacher_steps or self.step == until
+                if cfg.validate and self.val and boundary:
+                    row.update(validate(cfg, self.ema, self.dyn, self.mixer, self.val))
+                    tqdm.write(f"step {self.step}: " + ", ".join(f"{k} {v:.3f}" for k, v in row.items()
+                                                                  if k.startswith("val_")))
+                if self.step % max(cfg.log_every, 1) == 0 or boundary:
+                    writer.writerow(row)
+                    fh.flush()
+                bar.update(1)
+                bar.set_postfix(stage=row["stage"], T=row["rollout_length"], loss=f"{row['total']:.3f}")
+                if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+                    self.save(self.out / "last.pt")
+            bar.close()
+        self.save(self.out / "last.pt")
+        return self.write_final()
+
+    def write_final(self) -> Path:
+        """final.pt: the EMA weights as the model (what na-export and na-eval load), plus the run summary."""
+        metrics = validate(self.cfg, self.ema, self.dyn, self.mixer, self.val) if self.val else {}
+        extra = {
+            "format": "na-train-final-1",
+            "training": {"steps": self.step, "elapsed_s": round(self.elapsed, 1), "threads": self.cfg.threads,
+                         "preset": self.cfg.preset, "parameters": count_parameters(self.net),
+                         "config": asdict(self.cfg)},
+            "training_data": {"train_files": [str(p) for p in self.train_paths],
+                              "val_files": [str(p) for p in self.val_paths]},
+            "metrics": metrics,
+        }
+        path = self.out / "final.pt"
+        save_checkpoint(path, self.ema, self.model_config, self.spec, extra)
+        (self.out / "final_metrics.json").write_text(json.dumps(extra, indent=2))
+        return path
+
+
+def parse_args(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespace]:
+    parser = argparse.ArgumentParser(
+        prog="na-train",
+        description="Train the NeuralActuator network on NAD data through the differentiable simulator "
+                    "(teacher-forced warm start, then rollouts with a length curriculum). Writes "
+                    "OUT_DIR/{last.pt,final.pt,train_log.csv,final_metrics.json}.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    defaults = TrainConfig()
+    for f in fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        value = getattr(defaults, f.name)
+        if isinstance(value, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=value)
+        else:
+            parser.add_argument(flag, type=type(value), default=value)
+    parser.add_argument("--resume", type=Path, help="continue from a last.pt checkpoint of the same run")
+    parser.add_argument("--until", type=int, help="stop after this many steps (default: all)")
+    args = parser.parse_args(argv)
+    cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})
+    return cfg, args
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg, args = parse_args(argv)
+    try:
+        trainer = Trainer(cfg)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"na-train: {exc}", file=sys.stderr)
+        return 2
+    print(f"na-train: {len(trainer.train_paths)} training / {len(trainer.val_paths)} validation trajectories, "
+          f"preset {cfg.preset} ({count_parameters(trainer.net)} parameters), {cfg.total_steps} steps",
+          file=sys.stderr)
+    final = trainer.run(until=args.until, resume=args.resume)
+    print(f"na-train: wrote {final} ({trainer.elapsed:.0f} s of training)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
