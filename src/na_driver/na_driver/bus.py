@@ -250,8 +250,8 @@ class ServoBus(ABC):
                 if self.robot.bus.model_number and model != self.robot.bus.model_number:
                     raise BusError(f"servo id {sid} on {self.port_name} reports model {model}, "
                                    f"the {self.robot.name} table expects {self.robot.bus.model_number}")
-            self._make_groups()
             self._configure()
+            self._make_groups()
         except BusError:
             self.close()
             raise
@@ -500,9 +500,12 @@ class FeetechBus(ServoBus):
 class DynamixelBus(ServoBus):
     """Dynamixel XM430 (OMX), Protocol 2.0: little-endian, two's-complement signed values.
 
-    The telemetry block (present_pwm .. present_temperature) is one sync read per cycle;
-    Hardware_Error_Status lies outside it and is refreshed by its own small sync read every
-    ``hardware_error_every`` cycles (it is a latched status, not a sample).
+    One sync read per cycle covers Hardware_Error_Status and the telemetry block (present_pwm ..
+    present_temperature): at connect the servos' indirect addresses are pointed at those 24 bytes
+    (only when they differ and the servo's torque is off, since they are locked while it is on).
+    When that is not possible (torque already on, e.g. a reconnect while the arm holds a pose), the
+    plain telemetry block is read and Hardware_Error_Status is refreshed by its own small sync read
+    every ``hardware_error_every`` cycles (it is a latched status, not a sample).
     """
 
     FIELDS = ("present_pwm", "present_current", "present_velocity", "present_position",
@@ -510,9 +513,13 @@ class DynamixelBus(ServoBus):
     SIGNED = frozenset({"present_pwm", "present_current", "present_velocity", "present_position"})
 
     def __init__(self, robot: RobotTable, port: str, fast_sync_read: bool = False,
-                 hardware_error_every: int = 50, **kwargs) -> None:
+                 hardware_error_every: int = 50, use_indirect: bool = True, **kwargs) -> None:
         super().__init__(robot, port, **kwargs)
         self.fast_sync_read = fast_sync_read
+        self.use_indirect = use_indirect
+        self.indirect_active = False
+        self.indirect_note = "not configured"
+        self.plain_start, self.plain_length = self.block_start, self.block_length
         self.hardware_error_every = max(1, int(hardware_error_every))
         self.fields = self._fields(self.FIELDS, {})
         units = robot.bus.units
@@ -529,6 +536,53 @@ class DynamixelBus(ServoBus):
 
     def _make_packet_handler(self):
         return dxl.PacketHandler(float(self.robot.raw["bus"].get("protocol_version", 2.0)))
+
+    def _configure(self) -> None:
+        self.indirect_active = self.use_indirect and self._setup_indirect()
+        bus = self.robot.bus
+        if self.indirect_active:
+            self.block_start, self.block_length = bus.register("indirect_data_1").address, 1 + self.plain_length
+            shift = 1 - self.plain_start            # byte 0 is Hardware_Error_Status, then the telemetry block
+        else:
+            self.block_start, self.block_length = self.plain_start, self.plain_length
+            shift = -self.plain_start
+        self.fields = {name: _Field(bus.register(name).address + shift, bus.register(name).size, None)
+                       for name in self.FIELDS}
+
+    def _setup_indirect(self) -> bool:
+        """Point indirect addresses 1..24 at [hardware_error_status, telemetry block]; False = not possible."""
+        bus = self.robot.bus
+        targets = [bus.register("hardware_error_status").address,
+                   *range(self.plain_start, self.plain_start + self.plain_length)]
+        if "indirect_address_1" not in bus.registers or len(targets) > int(bus.extra.get("indirect_count", 0)):
+            self.indirect_note = "the robot table has no room for an indirect block"
+            return False
+        address = bus.register("indirect_address_1").address
+        want = b"".join(t.to_bytes(2, "little") for t in targets)
+        torque = bus.register("torque_enable")
+        for sid in self.ids:
+            if self._read_block(sid, address, len(want)) == want:
+                continue
+            if self._read_register(sid, torque.address, torque.size):
+                self.indirect_note = f"servo id {sid} has torque on: indirect addresses locked"
+                return False
+            result, error = self._guard(lambda sid=sid: self.ph.writeTxRx(self.port, sid, address, len(want),
+                                                                            list(want)), "indirect setup")
+            # error bit 7 is the Alert flag (a hardware error is latched), not a failed write
+            if result != self.COMM_SUCCESS or error & 0x7F or self._read_block(sid, address, len(want)) != want:
+                self._needs_quiesce = True
+                self.indirect_note = f"servo id {sid} did not take the indirect addresses"
+                return False
+        self.indirect_note = "hardware error + telemetry in one indirect block"
+        return True
+
+    def _read_block(self, sid: int, address: int, length: int) -> bytes | None:
+        for _ in range(TORQUE_RETRIES):
+            data, result, _ = self._guard(lambda: self.ph.readTxRx(self.port, sid, address, length), "read")
+            if result == self.COMM_SUCCESS and len(data) == length:
+                return bytes(data)
+            self._needs_quiesce = True
+        return None
 
     def _make_groups(self) -> None:
         self.telemetry_reader = dxl.GroupSyncRead(self.port, self.ph, self.block_start, self.block_length)
@@ -549,6 +603,8 @@ class DynamixelBus(ServoBus):
 
     def read(self) -> TelemetrySample:
         sample = super().read()
+        if self.indirect_active:
+            return sample                         # hardware_error came with this very read
         self._cycles += 1
         if self._cycles % self.hardware_error_every == 1 or self.hardware_error_every == 1:
             self._refresh_hardware_error()
@@ -588,7 +644,8 @@ class DynamixelBus(ServoBus):
             current=signs * raw[1] * self.current_scale,
             voltage=raw[4] * self.voltage_scale,
             temperature=raw[5] * self.temperature_scale,
-            hardware_error=self.hardware_error.copy(),
+            hardware_error=(np.array([blocks[sid][0] for sid in self.ids], dtype=np.uint8) if self.indirect_active
+                            else self.hardware_error.copy()),
             moving=np.abs(raw[2]) > 0,
         )
 

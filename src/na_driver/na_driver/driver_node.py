@@ -164,7 +164,8 @@ class DriverNode(Node):
             "reconnects": counters.reconnects, "disconnects": stats.disconnects,
             "echo_detected": self.bus.echo_detected, "bytes_discarded": stats.bytes_discarded,
             "commands_received": self.core.limiter.commands_received,
-            "commands_rejected": self.core.limiter.commands_rejected, "last_error": self.core.last_error}))
+            "commands_rejected": self.core.limiter.commands_rejected, "last_error": self.core.last_error,
+            "read_layout": getattr(self.bus, "indirect_note", "telemetry block")}))
         sample = self._last_sample
         for j, (joint, sid) in enumerate(zip(self.robot.joint_names, self.robot.bus.ids)):
             errors = stats.servo_errors.get(sid, 0)

@@ -183,3 +183,36 @@ def test_wrong_robot_on_the_bus_is_refused(tmp_path):
         with pytest.raises(Exception, match=r"reading register|model"):
             bus.connect()
         assert not bus.connected
+
+
+def test_omx_reads_hardware_error_in_the_same_indirect_block(tmp_path):
+    """Torque off at connect: indirect addresses point at [hardware error + telemetry], one read per
+    cycle. Torque already on (a reconnect while holding): the driver does not drop the arm to set them."""
+    robot = load_robot("omx")
+    backend = StaticBackend(robot.n_joints)
+    set_distinct_state(backend, robot.n_joints)
+    backend.set_state(3, hardware_error=0x20)
+    with make_emulator(robot, backend) as emulator:
+        bus = make_bus(robot, emulator.path)
+        bus.connect()
+        assert bus.indirect_active, bus.indirect_note
+        requests = emulator.stats.requests
+        sample = bus.read()
+        assert emulator.stats.requests == requests + 1          # one sync read, nothing else
+        assert sample.hardware_error.tolist() == [0, 0, 0, 0x20, 0]
+        assert_matches(sample, backend.servo_states(), "omx")
+        bus.set_torque(True)
+        bus.close()
+        bus.connect()                                           # indirect already set: kept
+        assert bus.indirect_active
+        assert_matches(bus.read(), backend.servo_states(), "omx")
+        bus.close()
+    with make_emulator(robot, backend, initial_torque=True) as emulator:   # fresh servos, torque on
+        bus = make_bus(robot, emulator.path)
+        bus.connect()
+        assert not bus.indirect_active and "torque on" in bus.indirect_note
+        assert backend.torque_enabled == [True] * robot.n_joints
+        sample = bus.read()
+        assert_matches(sample, backend.servo_states(), "omx")
+        assert sample.hardware_error.tolist() == [0, 0, 0, 0x20, 0]
+        bus.close()
