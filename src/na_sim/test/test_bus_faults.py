@@ -268,3 +268,12 @@ def test_timed_vanish_and_reappear_from_the_fault_spec(tmp_path: Path) -> None:
     finally:
         emulator.stop()
     assert not link.exists()
+
+
+def test_a_link_in_a_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
+    emulator = make_emulator("so101", StaticBackend(6), link=str(tmp_path / "no_such_dir" / "tty"))
+    fds_before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(OSError, match="cannot create the bus link"):
+        emulator.start()
+    assert len(os.listdir("/proc/self/fd")) == fds_before
+    assert not emulator.running

@@ -245,10 +245,14 @@ class BusEmulator:
                 self._close_fds()
                 raise FileExistsError(f"{self.link} exists and is not a symlink; refusing to replace it")
             tmp = self.link.with_name(f".{self.link.name}.{os.getpid()}.tmp")
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-            tmp.symlink_to(self._slave_path)
-            tmp.replace(self.link)  # atomic: a reader sees the old or the new pty, never nothing
+            try:
+                with contextlib.suppress(FileNotFoundError):
+                    tmp.unlink()
+                tmp.symlink_to(self._slave_path)
+                tmp.replace(self.link)  # atomic: a reader sees the old or the new pty, never nothing
+            except OSError as exc:
+                self._close_fds()
+                raise OSError(f"cannot create the bus link {self.link}: {exc}") from exc
         self._stopping.clear()
         self._thread = threading.Thread(target=self._serve, name=f"bus-{self.engine.robot.name}", daemon=True)
         self._thread.start()
