@@ -284,8 +284,7 @@ class ServoBus(ABC):
             self._needs_quiesce = False
         try:
             return call()
-        except (OSError, serial.SerialException, termios.error, TypeError) as exc:
-            # TypeError: pyserial on a closed fd; the SDK then indexes a None packet
+        except (OSError, serial.SerialException, termios.error) as exc:
             self._lost(exc)
         finally:
             if self.port is not None:
