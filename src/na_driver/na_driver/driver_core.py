@@ -117,22 +117,27 @@ class DriverCore:
 
     def __init__(self, bus: ServoBus, limiter: CommandLimiter, torque_on_start: bool = True,
                  torque_off_on_shutdown: bool = True, reconnect_period_s: float = 0.5,
-                 release_on_start: bool = False) -> None:
+                 release_on_start: bool = False, reopen_after_failures: int = 25) -> None:
         self.bus = bus
         self.limiter = limiter
         self.torque_on_start = torque_on_start
         self.torque_off_on_shutdown = torque_off_on_shutdown
         self.release_on_start = release_on_start      # leader arm: make sure torque is off (hand-guided)
+        # servos silent for this many cycles in a row (power cut, cable): close and reopen, so that
+        # they are pinged again and, when back, held at their pose with torque re-engaged
+        self.reopen_after_failures = reopen_after_failures
         self.reconnect_period_s = reconnect_period_s
         self.counters = DriverCounters()
         self.last_error = ""
         self.last_goal: np.ndarray | None = None      # last goal written (published as goal_position)
         self._needs_start = True                       # first good read after (re)connect starts the hold
         self._next_reconnect = 0.0
+        self._ever_connected = False
 
     def open(self) -> None:
         """Connect now (raises BusError when the servos do not answer)."""
         self.bus.connect()
+        self._ever_connected = True
         self._needs_start = True
 
     def cycle(self) -> CycleResult:
@@ -149,7 +154,8 @@ class DriverCore:
                 self.bus.connect()
             except BusError as exc:
                 return self._fail(f"reconnect failed: {exc}")
-            c.reconnects += 1
+            c.reconnects += self._ever_connected          # the first connection is not a reconnect
+            self._ever_connected = True
             self._needs_start = True
         try:
             sample = self.bus.read()
@@ -186,10 +192,16 @@ class DriverCore:
         return CycleResult(sample, goal)
 
     def _fail(self, message: str) -> CycleResult:
-        self.counters.read_failures += 1
-        self.counters.consecutive_failures += 1
+        c = self.counters
+        c.read_failures += 1
+        c.consecutive_failures += 1
         self.last_error = message
-        return CycleResult(None, None, message)
+        if self.bus.connected and c.consecutive_failures >= self.reopen_after_failures:
+            self.bus.close()
+            self._next_reconnect = time.monotonic() + self.reconnect_period_s
+            self.last_error = f"{c.consecutive_failures} failed reads in a row, reopening: {message}"
+            c.consecutive_failures = 0
+        return CycleResult(None, None, self.last_error)
 
     def shutdown(self) -> str:
         """Torque off (when configured) and close; returns a note on what happened."""
