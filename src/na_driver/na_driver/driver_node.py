@@ -72,6 +72,10 @@ class DriverNode(Node):
                            else default_calibration(self.robot))
             self.bus: ServoBus = make_bus(self.robot, port, baudrate=baudrate or None, calibration=calibration,
                                           echo=ECHO_MODES[echo], fast_sync_read=fast_sync_read)
+            if calibration_file:     # never command beyond the range the user calibrated either
+                ranges = [calibration.range_radians(j) for j in range(self.robot.n_joints)]
+                pmin = [max(a, r[0]) for a, r in zip(pmin, ranges)]
+                pmax = [min(b, r[1]) for b, r in zip(pmax, ranges)]
             limiter = CommandLimiter(self.robot.joint_names, pmin, pmax, max_step)
         except (CalibrationError, ValueError) as exc:
             raise SystemExit(f"{node_name}: {exc}") from exc
