@@ -202,3 +202,40 @@ def test_driver_node_under_bus_faults(processes, ros_probe, tmp_path):
         stop.set()
         mover.join()
         emulator.stop()
+
+
+def test_driver_node_with_lerobot_calibration_and_echoing_adapter(processes, ros_probe, tmp_path):
+    """A LeRobot calibration file (homing offsets programmed, range narrows the limits) on an adapter
+    that echoes every request (detected automatically)."""
+    from na_driver.calibration import Calibration, JointCalibration, write_lerobot_calibration
+    from na_sim.bus import FaultSpec
+
+    robot = load_robot("so101")
+    backend = StaticBackend(robot.n_joints)
+    for j in range(robot.n_joints):
+        backend.set_state(j, position=0.05 * j)
+    offsets = [100, -200, 300, -400, 500, -600]
+    half_range = 500                       # counts: +-0.767 rad around the robot's zero
+    cal = Calibration(tuple(JointCalibration(sid, 0, h, 2048 - h - half_range, 2048 - h + half_range)
+                            for sid, h in zip(robot.bus.ids, offsets)), 4096.0, True)
+    cal_file = tmp_path / "so101_follower.json"
+    write_lerobot_calibration(cal_file, robot, cal)
+    emulator = make_emulator(robot, backend, link=str(tmp_path / "ttyECHO"), faults=FaultSpec(echo=True))
+    emulator.start()
+    try:
+        ros_probe.subscribe(ActuatorState, "/actuator_states")
+        driver = start_driver(processes, "so101", emulator.path, extra=(f"calibration_file:={cal_file}",))
+        wait_for(lambda: ros_probe.count("/actuator_states") >= 3, 30.0, "telemetry", driver)
+        msg = ros_probe.messages("/actuator_states")[-1]
+        np.testing.assert_allclose(msg.position, [0.05 * j for j in range(robot.n_joints)], atol=1.5 * RAD_PER_COUNT)
+        pub = ros_probe.publisher(JointState, "/joint_commands")
+        wait_for(lambda: pub.get_subscription_count() > 0, 20.0, "driver subscribed", driver)
+        limit = half_range * RAD_PER_COUNT
+
+        def clamped() -> bool:          # 1.5 rad is inside the table's limit, outside the calibrated range
+            pub.publish(command(["shoulder_pan"], [1.5]))
+            return abs(backend.servo_states()[0].position - limit) < 2 * RAD_PER_COUNT
+        wait_for(clamped, 20.0, "shoulder_pan clamped to the calibrated range", driver, interval=0.05)
+        assert emulator.stats.echoed_bytes > 0
+    finally:
+        emulator.stop()
