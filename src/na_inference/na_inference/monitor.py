@@ -42,6 +42,7 @@ class RuntimeMonitor:
         self.model_status = Status(f"{name}: model", ERROR, "no model loaded")
         self.inference_latency = LatencyStats()
         self.callback_latency = LatencyStats()
+        self.input_delay = LatencyStats()   # receipt wall time - header stamp (meaningful for wall-clock stamps)
         self._stamps = np.zeros(256)     # stamps of recent valid samples, for the input rate
         self._n_stamps = 0
         self._events: Counter[str] = Counter()
@@ -115,6 +116,7 @@ class RuntimeMonitor:
         self._details.clear()
         self.inference_latency.clear()
         self.callback_latency.clear()
+        self.input_delay.clear()
         return statuses
 
     def _input_status(self, now: float) -> Status:
@@ -134,6 +136,8 @@ class RuntimeMonitor:
                 values[f"{key}_last"] = self._details[key]
         staleness = float("inf") if self._last_receipt is None else now - self._last_receipt
         values["staleness_s"] = f"{staleness:.3f}"
+        d50, d99 = (v * 1e3 for v in self.input_delay.percentiles(50, 99))
+        values["input_delay_p50_ms"], values["input_delay_p99_ms"] = f"{d50:.3f}", f"{d99:.3f}"
         problems: list[tuple[int, str]] = []
         if self._events[SampleStatus.MISSING_JOINTS.value]:
             problems.append((ERROR, f"{self._events[SampleStatus.MISSING_JOINTS.value]} samples dropped: "
