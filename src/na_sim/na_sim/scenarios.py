@@ -26,7 +26,7 @@ DEFAULTS: dict[str, Any] = {
     "push_newton": [1.0, 4.0],
     "gripper_open": None,      # rad; None: 70 % of the gripper range
     "gripper_closed": None,    # rad; None: 20 % of the gripper range
-    "restriction_nm": [0.15, 0.4],
+    "restriction_nm": [0.3, 0.8],   # N.m extra friction: several times the healthy joint's
     "motion_fraction": 0.35,   # fraction of each joint's half range used by random motions
 }
 

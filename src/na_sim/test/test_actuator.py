@@ -118,7 +118,7 @@ def test_backlash_delays_torque_reversal():
 
 
 def test_friction_capacity_depends_on_direction_and_speed():
-    params = so101_params()
+    params = so101_params(efficiency_forward=0.46, efficiency_backward=0.7)
     bank = ServoBank(params, 2, np.random.default_rng(0), timestep=0.001)
     bank.reset(np.zeros(2))
     bank.goal[:] = [0.05, 0.05]

@@ -117,15 +117,16 @@ def test_payload_raises_the_load_by_jacobian_transpose_m_g(robot, pose):
 def test_push_truth_and_its_joint_torque():
     arm = lossless_arm("so101", SO101_POSE)
     arm.advance(1.0)
-    before = arm.truth().joint_torque
+    _, before, _ = settled_average(arm)
     jac = np.zeros((3, arm.model.nv))
     mujoco.mj_jac(arm.model, arm.data, jac, None, arm.grasp_position(), arm._payload_body)
     push = np.array([2.0, -1.0, 1.5])
     arm.set_push(push)
-    arm.advance(1.5)
+    arm.advance(1.0)
     np.testing.assert_allclose(arm.truth().external_force, push)
     # At rest again the actuators cancel the push's joint torque J^T f (up to the small sag).
-    delivered_change = arm.truth().joint_torque - before
+    _, after, _ = settled_average(arm)
+    delivered_change = after - before
     expected = -jac[:, arm._dofadr].T @ push
     np.testing.assert_allclose(delivered_change, expected, atol=0.03 + 0.05 * np.abs(expected).max())
 
@@ -154,7 +155,7 @@ def test_restricted_joint_is_labelled_and_harder_to_move():
     def tracking_error(restrict: bool) -> float:
         arm = SimulatedArm("so101", initial_position=SO101_POSE, seed=1)
         if restrict:
-            arm.set_restriction(0, 0.4)
+            arm.set_restriction(0, 0.6)
         errors = []
         for k in range(150):
             arm.set_goal_vector(SO101_POSE + np.array([0.4 * np.sin(k * 0.05), 0, 0, 0, 0, 0]))
