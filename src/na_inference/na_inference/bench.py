@@ -206,7 +206,7 @@ def bench_end_to_end(model: Path, robot: str, rate: float, seconds: float) -> di
     import rclpy
     from diagnostic_msgs.msg import DiagnosticArray
     from geometry_msgs.msg import WrenchStamped
-    from rclpy.qos import qos_profile_sensor_data
+    from rclpy.qos import QoSProfile, qos_profile_sensor_data
 
     env = dict(os.environ)
     env.setdefault("ROS_DOMAIN_ID", str(1 + os.getpid() % 100))
@@ -227,7 +227,12 @@ def bench_end_to_end(model: Path, robot: str, rate: float, seconds: float) -> di
         latencies.append(time.time_ns() - (msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec))
         stamps.append(msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec)
 
-    sub = node.create_subscription(WrenchStamped, "/external_wrench", on_wrench, qos_profile_sensor_data)
+    # sensor-data QoS (best effort) as any consumer would use, with a deep queue so that a stall of this
+    # measuring process is not counted as a loss of the node
+    wrench_qos = QoSProfile(history=qos_profile_sensor_data.history, depth=1000,
+                            reliability=qos_profile_sensor_data.reliability,
+                            durability=qos_profile_sensor_data.durability)
+    sub = node.create_subscription(WrenchStamped, "/external_wrench", on_wrench, wrench_qos)
     node.create_subscription(DiagnosticArray, "/diagnostics", diagnostics.append, 50)
     executor = make_executor()
     executor.add_node(node)
