@@ -131,6 +131,9 @@ class SimulatedArm:
         m = self.model
         self._qadr = np.array([m.jnt_qposadr[m.joint(n).id] for n in self.robot.joint_names])
         self._dofadr = np.array([m.jnt_dofadr[m.joint(n).id] for n in self.robot.joint_names])
+        # Gearbox stiction: MuJoCo's dry friction is a soft constraint that lets a loaded joint creep;
+        # the stiffest stable setting (time constant of two steps) holds like a real servo gearbox.
+        m.dof_solref[self._dofadr, 0] = 2.0 * m.opt.timestep
         self._dof_to_joint = np.full(m.nv, -1, dtype=int)
         self._dof_to_joint[self._dofadr] = np.arange(self.robot.n_joints)
         self._payload_body = m.body(PAYLOAD_BODY).id

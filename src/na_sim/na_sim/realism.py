@@ -210,12 +210,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fit-files", type=int, default=4, help="files used by the fit (spread over tasks)")
     parser.add_argument("--fit-frames", type=int, default=300, help="frames per file used by the fit")
     parser.add_argument("--fit-evaluations", type=int, default=40)
+    parser.add_argument("--untuned", action="store_true",
+                        help="start from the untuned defaults of the fitted parameters (ignore the table's fit)")
     args = parser.parse_args(argv)
     paths = find_trajectories(args.nad, "so101", split=None)
     trajectories = [load_trajectory(p, "so101") for p in paths]
     args.out.mkdir(parents=True, exist_ok=True)
     base = ServoParams.from_robot(load_robot("so101"))
-    report: dict = {"nad": str(args.nad)}
+    if args.untuned:
+        defaults = ServoParams()
+        base = base.with_values(**{name: getattr(defaults, name) for name in FIT_PARAMETERS})
+    report: dict = {"nad": str(args.nad), "untuned": args.untuned}
     started = time.perf_counter()
     report["before"] = summarize([replay(t, base) for t in trajectories])
     if args.fit:
