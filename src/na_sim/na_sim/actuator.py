@@ -27,6 +27,7 @@ import numpy as np
 from na_description.robot_table import RobotTable
 
 COPPER_TEMP_COEFF = 0.00393  # 1/K, resistance drift of copper windings
+THERMAL_EVERY = 10           # steps per thermal update (the heat is averaged; time constants are seconds)
 REFERENCE_TEMP_C = 25.0
 
 
@@ -180,6 +181,9 @@ class ServoBank:
         self.transmitted_torque = np.zeros(n_joints)
         self.counts = np.zeros(n_joints)
         self.velocity_counts = np.zeros(n_joints)
+        self._heat = np.zeros(n_joints)              # J accumulated since the last thermal update
+        self._heat_steps = 0
+        self._has_backlash = bool(np.any(self.v["backlash"] > 0))
 
     # -- helpers ---------------------------------------------------------------------------------
     def _vec(self, value: Any) -> np.ndarray:
@@ -261,7 +265,10 @@ class ServoBank:
         friction = (self.v["coulomb_friction"] + stribeck + (1.0 - efficiency) * np.abs(transmitted)
                     + self.extra_friction)
         # Heat, supply current and rail sag for the next step.
-        self._thermal(resistance, dt)
+        self._heat += self.current**2 * resistance * dt
+        self._heat_steps += 1
+        if self._heat_steps >= THERMAL_EVERY:
+            self._thermal(self._heat_steps * dt)
         self.supply_current = self.duty * self.current
         total = np.sum(self.supply_current) + float(p.quiescent_current) * self.n
         self.bus_voltage = (float(p.supply_voltage) - float(p.supply_resistance) * total
@@ -270,11 +277,13 @@ class ServoBank:
 
     def _backlash(self, motor_torque: np.ndarray, dt: float) -> np.ndarray:
         """Lost motion: torque passes only while the gear teeth touch on the side it pushes towards."""
-        half_play = self.v["backlash"]
-        if not np.any(half_play > 0):
+        if not self._has_backlash:
             return motor_torque
+        half_play = self.v["backlash"]
         inertia = self.v["rotor_inertia"]
         engaged = (np.abs(self.gap) >= half_play - 1e-12) & (np.sign(self.gap) == np.sign(motor_torque))
+        if engaged.all():
+            return motor_torque
         # Teeth apart: the motor side accelerates alone across the gap, nothing reaches the link.
         free = ~engaged & (half_play > 0)
         self.gap_velocity = np.where(free, self.gap_velocity + motor_torque / inertia * dt, 0.0)
@@ -284,9 +293,12 @@ class ServoBank:
         self.gap_velocity = np.where(hit, 0.0, self.gap_velocity)
         return np.where(engaged | (half_play <= 0), motor_torque, 0.0)
 
-    def _thermal(self, resistance: np.ndarray, dt: float) -> None:
+    def _thermal(self, dt: float) -> None:
+        """Two-node heat flow over ``dt`` with the winding heat accumulated since the last update."""
         p = self.params
-        heat = self.current**2 * resistance
+        heat = self._heat / dt
+        self._heat = np.zeros(self.n)
+        self._heat_steps = 0
         to_case = (self.winding_temp - self.case_temp) / self.v["winding_to_case"]
         to_air = (self.case_temp - float(p.ambient_temp)) / self.v["case_to_ambient"]
         self.winding_temp = self.winding_temp + dt * (heat - to_case) / self.v["winding_heat_capacity"]

@@ -122,6 +122,7 @@ class SimulatedArm:
         self.data = mujoco.MjData(self.model)
         self.rng = np.random.default_rng(seed)
         self.bank = ServoBank(self.params, self.robot.n_joints, self.rng, self.model.opt.timestep)
+        self._last_drive: tuple[np.ndarray, np.ndarray] | None = None   # (torque, viscous torque)
         self.lock = threading.RLock()   # held while stepping; take it to change several things at once
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -142,7 +143,6 @@ class SimulatedArm:
         self.payload_mass = 0.0
         self.push_force = np.zeros(3)
         self.condition = np.ones(self.robot.n_joints)
-        self.last_truth = GroundTruth(np.zeros(self.robot.n_joints), np.zeros(3), False, self.condition.copy())
         q0 = np.zeros(self.robot.n_joints) if initial_position is None else np.asarray(initial_position, float)
         self.reset(q0)
 
@@ -173,6 +173,7 @@ class SimulatedArm:
             self.data.qpos[self._qadr] = q
             mujoco.mj_forward(self.model, self.data)
             self.bank.reset(q)
+            self._last_drive = None
 
     # -- ArmBackend ------------------------------------------------------------------------------
     def servo_states(self) -> list[ServoState]:
@@ -270,11 +271,12 @@ class SimulatedArm:
             body = self._payload_body
             d.xfrc_applied[body, :3] = self.push_force
             d.xfrc_applied[body, 3:] = np.cross(d.xpos[body] - d.xipos[body], self.push_force)
-        qd_before = qd.copy()
+        self._last_drive = (torque, viscous * qd)     # truth is derived from it lazily (truth())
         mujoco.mj_step(m, d)
-        self._record_truth(torque, viscous * qd_before)
 
-    def _record_truth(self, torque: np.ndarray, viscous_torque: np.ndarray) -> None:
+    def _compute_truth(self) -> GroundTruth:
+        """Truth of the last step: constraint forces in ``data`` still belong to it until the next."""
+        torque, viscous_torque = self._last_drive
         d = self.data
         delivered = torque - viscous_torque
         nefc = d.nefc
@@ -284,7 +286,7 @@ class SimulatedArm:
         np.add.at(delivered, joints[mine], d.efc_force[rows[mine]])
         force = self.push_force + np.array([0.0, 0.0, -GRAVITY * self.payload_mass])
         force = force + self._contact_force()
-        self.last_truth = GroundTruth(delivered, force, bool(np.linalg.norm(force) > 0.01), self.condition.copy())
+        return GroundTruth(delivered, force, bool(np.linalg.norm(force) > 0.01), self.condition.copy())
 
     def _contact_force(self) -> np.ndarray:
         """World-frame force the scenario surface exerts on the probe (from the constraint solver)."""
@@ -302,9 +304,12 @@ class SimulatedArm:
         return total
 
     def truth(self) -> GroundTruth:
+        """Ground truth at the end of the last physics step."""
         with self.lock:
-            t = self.last_truth
-            return GroundTruth(t.joint_torque.copy(), t.external_force.copy(), t.contact, t.condition.copy())
+            if self._last_drive is None:
+                n = self.n_joints
+                return GroundTruth(np.zeros(n), np.zeros(3), False, self.condition.copy())
+            return self._compute_truth()
 
     # -- real time -------------------------------------------------------------------------------
     def start(self, rate: float = 1.0) -> None:
