@@ -50,11 +50,7 @@ def matrix_to_quat(rot: np.ndarray) -> np.ndarray:
     return quat if w >= 0 else -quat
 
 
-def _axis_angle(axis: np.ndarray, angle: float) -> np.ndarray:
-    """Rotation by ``angle`` about the unit ``axis`` (Rodrigues)."""
-    x, y, z = axis
-    k = np.array([[0, -z, y], [z, 0, -x], [-y, x, 0]])
-    return np.eye(3) + np.sin(angle) * k + (1 - np.cos(angle)) * (k @ k)
+_IDENTITY = np.eye(3)
 
 
 @dataclass(frozen=True)
@@ -67,12 +63,20 @@ class _Joint:
     joint_index: int | None   # index into the robot table's joints; None for a fixed joint
     axis: np.ndarray          # unit axis in the child (joint) frame
 
+    @property
+    def cross(self) -> np.ndarray:
+        """K, the cross-product matrix of the axis (Rodrigues: R = I + sin q K + (1 - cos q) K^2)."""
+        x, y, z = self.axis
+        return np.array([[0, -z, y], [z, 0, -x], [-y, x, 0]])
+
 
 class SerialChain:
     """Pose of the end-effector link in the base link for given joint angles (robot-table order)."""
 
     def __init__(self, joints: list[_Joint], base: str, tip: str) -> None:
         self.joints, self.base, self.tip = joints, base, tip
+        # per joint, precomputed for pose(): (origin, fixed rotation, joint index, K, K^2)
+        self._steps = [(j.position, j.rotation, j.joint_index, j.cross, j.cross @ j.cross) for j in joints]
 
     @classmethod
     def from_robot(cls, robot: RobotTable) -> SerialChain:
@@ -120,9 +124,10 @@ class SerialChain:
     def pose(self, joint_positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(position [3] m, rotation [3, 3]) of the tip link in the base link frame."""
         rot, pos = np.eye(3), np.zeros(3)
-        for joint in self.joints:
-            pos = pos + rot @ joint.position
-            rot = rot @ joint.rotation
-            if joint.joint_index is not None:
-                rot = rot @ _axis_angle(joint.axis, float(joint_positions[joint.joint_index]))
+        for origin, fixed, index, k, k2 in self._steps:
+            pos = pos + rot @ origin
+            rot = rot @ fixed
+            if index is not None:
+                angle = float(joint_positions[index])
+                rot = rot @ (_IDENTITY + np.sin(angle) * k + (1.0 - np.cos(angle)) * k2)
         return pos, rot

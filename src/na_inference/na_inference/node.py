@@ -121,6 +121,8 @@ class InferenceNode(Node):
         else:
             self.monitor.model_failed("", f"unknown robot {robot_name!r}")
         self._name_cache: tuple[tuple[str, ...], bool] | None = None
+        if self.engine is not None:
+            self._make_messages()
 
         self.torque_pub = self.create_publisher(JointState, "estimated_joint_torques", qos_profile_sensor_data)
         self.wrench_pub = self.create_publisher(WrenchStamped, "external_wrench", qos_profile_sensor_data)
@@ -212,65 +214,75 @@ class InferenceNode(Node):
         if result.status is SampleStatus.INFERRED:
             self.monitor.callback_latency.add(time.monotonic() - received)
 
+    def _make_messages(self) -> None:
+        """Output messages built once and refilled per estimate (publish serializes at once, so reuse is
+        safe): message construction in Python costs more than the small model's inference."""
+        joint_names = list(self.engine.joint_names)
+        self._wrench = WrenchStamped()
+        self._estimate = ExternalForceEstimate()
+        self._torques = JointState()
+        self._torques.name = joint_names
+        self._condition = MotorCondition()
+        self._condition.name = joint_names
+        marker = Marker()
+        marker.ns, marker.id = "external_wrench", 0
+        marker.type, marker.action = Marker.ARROW, Marker.ADD
+        marker.header.frame_id = self.tip_frame if self.chain is not None else self.force_frame
+        marker.pose.orientation.w = 1.0
+        marker.scale.x, marker.scale.y, marker.scale.z = 0.01, 0.02, 0.02  # shaft, head diameters, head length
+        marker.color.r, marker.color.g, marker.color.b = 1.0, 0.2, 0.1
+        marker.points = [Point(), Point()]
+        self._marker = marker
+
     def _publish(self, msg: ActuatorState, sample: dict[str, np.ndarray], out: EngineOutput) -> None:
         """All outputs of one estimate, the wrench first (what other stacks wait for)."""
-        header = msg.header
-        joint_names = list(self.engine.joint_names)
-
-        force, force_raw, frame = out.force, out.force_raw, self.force_frame
+        stamp = msg.header.stamp
         rotation = None
-        if self.chain is not None:
+        if self.express_in_tip:
             _, rotation = self.chain.pose(sample["position"])
-            if self.express_in_tip:
-                force, force_raw, frame = rotation.T @ force, rotation.T @ force_raw, self.tip_frame
+            force, force_raw, frame = rotation.T @ out.force, rotation.T @ out.force_raw, self.tip_frame
+        else:
+            force, force_raw, frame = out.force, out.force_raw, self.force_frame
 
-        wrench = WrenchStamped()
-        wrench.header.stamp, wrench.header.frame_id = header.stamp, frame
-        wrench.wrench.force.x, wrench.wrench.force.y, wrench.wrench.force.z = (float(v) for v in force)
+        wrench = self._wrench
+        wrench.header.stamp, wrench.header.frame_id = stamp, frame
+        f = wrench.wrench.force
+        f.x, f.y, f.z = float(force[0]), float(force[1]), float(force[2])
         self.wrench_pub.publish(wrench)
 
-        estimate = ExternalForceEstimate()
-        estimate.header.stamp, estimate.header.frame_id = header.stamp, frame
-        estimate.force.x, estimate.force.y, estimate.force.z = (float(v) for v in force)
-        estimate.force_raw.x, estimate.force_raw.y, estimate.force_raw.z = (float(v) for v in force_raw)
+        estimate = self._estimate
+        estimate.header.stamp, estimate.header.frame_id = stamp, frame
+        estimate.force = f
+        r = estimate.force_raw
+        r.x, r.y, r.z = float(force_raw[0]), float(force_raw[1]), float(force_raw[2])
         estimate.contact_probability = out.contact_probability
         estimate.in_contact = out.contact_probability > self.contact_threshold
         self.force_pub.publish(estimate)
 
-        torques = JointState()
-        torques.header.stamp = header.stamp
-        torques.name = joint_names
+        torques = self._torques
+        torques.header.stamp = stamp
         torques.effort = out.torque.tolist()
         self.torque_pub.publish(torques)
 
-        condition = MotorCondition()
-        condition.header.stamp = header.stamp
-        condition.name = joint_names
+        condition = self._condition
+        condition.header.stamp = stamp
         condition.score = out.condition.tolist()
-        condition.degraded = [bool(s < self.condition_threshold) for s in out.condition]
+        condition.degraded = (out.condition < self.condition_threshold).tolist()
         self.condition_pub.publish(condition)
 
-        self.marker_pub.publish(self._marker(header.stamp, out, rotation))
-
-    def _marker(self, stamp, out: EngineOutput, rotation: np.ndarray | None) -> Marker:
-        """Arrow from the end-effector origin along the gated force, |F| / marker_scale metres long."""
-        marker = Marker()
+        # arrow from the end-effector origin along the gated force, |F| / marker_scale metres long, drawn in
+        # the tip frame so RViz places it at the end effector
+        marker = self._marker
         marker.header.stamp = stamp
-        marker.ns, marker.id = "external_wrench", 0
-        marker.type, marker.action = Marker.ARROW, Marker.ADD
-        if rotation is not None:  # drawn in the tip frame so RViz places it at the end effector
-            marker.header.frame_id = self.tip_frame
+        vector = out.force
+        if self.chain is not None:
+            if rotation is None:
+                _, rotation = self.chain.pose(sample["position"])
             vector = rotation.T @ out.force
-        else:
-            marker.header.frame_id = self.force_frame
-            vector = out.force
-        marker.pose.orientation.w = 1.0
-        tip = vector / self.marker_scale
-        marker.points = [Point(), Point(x=float(tip[0]), y=float(tip[1]), z=float(tip[2]))]
-        marker.scale.x, marker.scale.y, marker.scale.z = 0.01, 0.02, 0.02  # shaft, head diameters, head length
-        marker.color.r, marker.color.g, marker.color.b = 1.0, 0.2, 0.1
+        tip = marker.points[1]
+        tip.x, tip.y, tip.z = (float(v) / self.marker_scale for v in vector)
         marker.color.a = float(max(0.2, out.contact_probability))
-        return marker
+        self.marker_pub.publish(marker)
 
     # ------------------------------------------------------------------ diagnostics
 
