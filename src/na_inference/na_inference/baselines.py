@@ -187,7 +187,7 @@ class ConditionDetectors:
 
     def __init__(self, joint: int, seed: int = 0) -> None:
         self.joint = joint
-        self.svm = make_pipeline(StandardScaler(), SVC(probability=True, random_state=seed))
+        self.svm = make_pipeline(StandardScaler(), SVC(random_state=seed))
         self.forest = RandomForestClassifier(n_estimators=100, random_state=seed, n_jobs=1)
         self.threshold = 0.0
         self.normal_above = False
@@ -219,6 +219,6 @@ class ConditionDetectors:
         x = self.features(traj)
         return {
             "threshold": ((x[:, 0] > self.threshold) == self.normal_above).astype(float),
-            "svm": self.svm.predict_proba(x)[:, 1],
+            "svm": 1.0 / (1.0 + np.exp(-self.svm.decision_function(x))),  # margin -> (0, 1), 0.5 at the boundary
             "random_forest": self.forest.predict_proba(x)[:, 1],
         }

@@ -73,19 +73,13 @@ class FeatureMixer:
 
     def __init__(self, spec: FeatureSpec, dtype: torch.dtype = torch.float32) -> None:
         self.spec = spec
-        names = spec.feature_names
         self.mean = torch.tensor(spec.mean, dtype=dtype)
         self.std = torch.tensor(spec.std, dtype=dtype)
 
-        def columns(quantity: str) -> torch.Tensor | None:
-            if quantity not in spec.quantities:
-                return None
-            return torch.tensor([names.index(f"{quantity}/{j}") for j in spec.joint_names])
-
-        self.position = columns("position")
-        self.velocity = columns("velocity")
-        self.error = columns("position_error")
-        self.goal = columns("goal_position")
+        self.position = self.columns("position")
+        self.velocity = self.columns("velocity")
+        self.error = self.columns("position_error")
+        self.goal = self.columns("goal_position")
         if self.error is not None and self.goal is None:
             raise ValueError("position_error needs goal_position among the features")
         keep = torch.ones(spec.n_features, dtype=dtype)
@@ -93,6 +87,13 @@ class FeatureMixer:
             if idx is not None:
                 keep[idx] = 0.0
         self.keep = keep
+
+    def columns(self, quantity: str) -> torch.Tensor | None:
+        """Feature indices of a per-joint quantity (None when the spec does not use it)."""
+        if quantity not in self.spec.quantities:
+            return None
+        names = self.spec.feature_names
+        return torch.tensor([names.index(f"{quantity}/{j}") for j in self.spec.joint_names])
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         """(x - mean) / std clipped to +-10: the same arithmetic as FeatureSpec.normalize and the ONNX graph."""

@@ -41,7 +41,7 @@ from .dynamics import RigidBodyDynamics
 from .features import default_spec, fit_normalization
 from .model import ModelConfig, NeuralActuatorNet, count_parameters, load_checkpoint, save_checkpoint
 from .nad import find_trajectories, holdout_split, load_trajectory
-from .rollout import FeatureMixer, PreparedTrajectory, prepare, protocol_rollouts, rollout
+from .rollout import FeatureMixer, PreparedTrajectory, RolloutOutput, prepare, protocol_rollouts, rollout
 
 CHECKPOINT_FORMAT = "na-train-1"
 
@@ -66,6 +66,8 @@ class TrainConfig:
     rollout_batch: int = 32
     curriculum: str = "8:0,16:150,32:300"  # rollout length : from rollout step
     init_noise: float = 0.02           # rad on the initial q of a rollout (reference 0.05)
+    jitter_temperature: float = 0.0    # deg C: per-window uniform offset on temperature (breaks trial shortcuts)
+    jitter_voltage: float = 0.0        # V: per-window uniform offset on voltage
     substeps: int = 5
     apply_force: bool = False          # apply the predicted force at the grasp site (J^T f) in the simulator
     lr: float = 1e-3
@@ -207,8 +209,27 @@ def losses(cfg: TrainConfig, out, batch: Batch) -> dict[str, torch.Tensor]:
     return terms
 
 
+def jitter(cfg: TrainConfig, mixer: FeatureMixer, batch: Batch, gen: torch.Generator) -> None:
+    """Shift temperature / voltage of each window by one random offset (in place): both drift between
+    sessions and would otherwise let the network recognise a trial (and its payload) instead of measuring it."""
+    for amount, columns in ((cfg.jitter_temperature, mixer.columns("temperature")),
+                            (cfg.jitter_voltage, mixer.columns("voltage"))):
+        if amount <= 0 or columns is None:
+            continue
+        shift = (torch.rand(batch.recorded.shape[0], 1, 1, generator=gen) * 2 - 1) * amount
+        batch.history[:, :, columns] += shift
+        batch.recorded[:, :, columns] += shift
+
+
 def teacher_forced_step(cfg: TrainConfig, net, dyn, mixer: FeatureMixer, batch: Batch, gen: torch.Generator):
-    """One simulator step from the recorded state (q perturbed), window = recorded history + mixed frame."""
+    """One simulator step from the recorded state (q perturbed), window = recorded history + mixed frame.
+    With zero position and velocity weights only the heads that need no simulator are trained (no step)."""
+    if cfg.w_position == 0 and cfg.w_velocity == 0:
+        window = torch.cat([batch.history, batch.recorded[:, :1]], 1)
+        pred = net(mixer.normalize(window))
+        return RolloutOutput(q=batch.position, qd=batch.velocity, torque=pred["torque"][:, None],
+                             force_raw=pred["force_raw"][:, None], gate_logit=pred["gate_logit"][:, None],
+                             condition_logit=pred["condition_logit"][:, None])
     noise = torch.randn(batch.q0.shape, generator=gen) * cfg.teacher_noise
     return rollout(net, dyn, mixer, batch.recorded[:, :1], batch.history, batch.q0 + noise, batch.qd0,
                    dyn_dt(cfg), cfg.substeps, cfg.apply_force)
@@ -320,11 +341,13 @@ class Trainer:
             stage, steps = "teacher", 1
             picks = self.data.sample(self.gen, cfg.teacher_batch, 1, None)
             batch = self.data.make_batch(picks, 1, self.spec.mean)
+            jitter(cfg, self.mixer, batch, self.gen)
             out = teacher_forced_step(cfg, self.net, self.dyn, self.mixer, batch, self.gen)
         else:
             stage, steps = "rollout", cfg.rollout_length(self.step - cfg.teacher_steps)
             picks = self.data.sample(self.gen, cfg.rollout_batch, steps, None)
             batch = self.data.make_batch(picks, steps, self.spec.mean)
+            jitter(cfg, self.mixer, batch, self.gen)
             noise = torch.randn(batch.q0.shape, generator=self.gen) * cfg.init_noise
             out = rollout(self.net, self.dyn, self.mixer, batch.recorded, batch.history, batch.q0 + noise,
                           batch.qd0, self.spec.dt, cfg.substeps, cfg.apply_force)
@@ -397,6 +420,36 @@ class Trainer:
         return path
 
 
+def benchmark(cfg: TrainConfig, repeats: int = 5) -> dict[str, float]:
+    """Milliseconds per optimisation step of each ingredient on this machine (forward + backward)."""
+    torch.set_num_threads(cfg.threads)
+    results: dict[str, float] = {}
+
+    def timed(fn) -> float:
+        fn()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            fn()
+        return 1e3 * (time.perf_counter() - start) / repeats
+
+    dyn = RigidBodyDynamics.for_robot(cfg.robot, dtype=torch.float32)
+    spec = default_spec(cfg.robot)
+    for batch in (16, 32, 256):
+        q = torch.zeros(batch, dyn.n, requires_grad=True)
+
+        def sim_step(q: torch.Tensor = q) -> None:
+            a, b = dyn.step(q, q * 0, q * 0, spec.dt, cfg.substeps)
+            (a.sum() + b.sum()).backward()
+
+        results[f"sim_step_b{batch}_ms"] = timed(sim_step)
+    for preset in ("small", "reference"):
+        net = NeuralActuatorNet(ModelConfig.preset(preset, spec.n_features, spec.n_joints, history=spec.history))
+        for batch in (32, 256):
+            x = torch.randn(batch, spec.window_length, spec.n_features)
+            results[f"net_{preset}_b{batch}_ms"] = timed(lambda net=net, x=x: net(x)["torque"].sum().backward())
+    return results
+
+
 def parse_args(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespace]:
     parser = argparse.ArgumentParser(
         prog="na-train",
@@ -414,6 +467,8 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespace]
             parser.add_argument(flag, type=type(value), default=value)
     parser.add_argument("--resume", type=Path, help="continue from a last.pt checkpoint of the same run")
     parser.add_argument("--until", type=int, help="stop after this many steps (default: all)")
+    parser.add_argument("--bench", action="store_true",
+                        help="time the simulator step and the network (forward + backward) and exit")
     args = parser.parse_args(argv)
     cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})
     return cfg, args
@@ -421,6 +476,10 @@ def parse_args(argv: list[str] | None) -> tuple[TrainConfig, argparse.Namespace]
 
 def main(argv: list[str] | None = None) -> int:
     cfg, args = parse_args(argv)
+    if args.bench:
+        for key, value in benchmark(cfg).items():
+            print(f"{key:28s} {value:8.1f}")
+        return 0
     try:
         trainer = Trainer(cfg)
     except (FileNotFoundError, ValueError) as exc:
