@@ -88,9 +88,9 @@ class InferenceNode(Node):
             "seconds without telemetry after which diagnostics report the input stale", 0.01, 60.0))
         self.declare_parameter("diagnostics_period", 1.0, _float_param(
             "seconds between /diagnostics reports", 0.05, 60.0))
-        self.declare_parameter("input_queue_depth", 50, ParameterDescriptor(
+        self.declare_parameter("input_queue_depth", 100, ParameterDescriptor(
             description="/actuator_states subscription depth (sensor-data QoS, best effort): samples buffered "
-                        "while the process is not scheduled; 50 = 50 ms at 1 kHz",
+                        "while the process is not scheduled; 100 = 100 ms at 1 kHz",
             integer_range=[IntegerRange(from_value=1, to_value=1000, step=1)]))
         self.declare_parameter("intra_op_threads", 1, ParameterDescriptor(
             description="ONNX Runtime intra-op threads (1 = lowest latency on a shared CPU)",
