@@ -239,20 +239,24 @@ class InferenceEngine:
         self._last_stamp = None
         self._last_frame = None
 
-    def check_sample(self, sample: Mapping[str, np.ndarray]) -> str | None:
-        """Why ``sample`` cannot be used (missing quantity, wrong length, non-finite), or None."""
+    def check_sample(self, sample: Mapping[str, np.ndarray]) -> tuple[SampleStatus, str] | None:
+        """Why ``sample`` cannot be used, as (MISSING_JOINTS or NON_FINITE, detail), or None if it can."""
         for quantity in self.quantities:
             values = sample.get(quantity)
             if values is None:
-                return f"missing quantity {quantity}"
-            values = np.asarray(values)
+                return SampleStatus.MISSING_JOINTS, f"missing quantity {quantity}"
+            try:
+                values = np.asarray(values, dtype=np.float64)
+            except (TypeError, ValueError):
+                return SampleStatus.NON_FINITE, f"{quantity} is not numeric"
             width = self.spec.quantity_width(quantity)
             if values.shape != (width,):
-                return f"{quantity} has shape {values.shape}, expected ({width},)"
+                return SampleStatus.MISSING_JOINTS, f"{quantity} has shape {values.shape}, expected ({width},)"
             finite = np.isfinite(values)
             if not finite.all():
-                bad = [self.joint_names[i] for i in np.flatnonzero(~finite)]
-                return f"non-finite {quantity} at {', '.join(bad)}"
+                joints = self.joint_names if width == len(self.joint_names) else self.joint_names[-width:]
+                bad = [joints[i] for i in np.flatnonzero(~finite)]
+                return SampleStatus.NON_FINITE, f"non-finite {quantity} at {', '.join(bad)}"
         return None
 
     def step(self, stamp: float, sample: Mapping[str, np.ndarray]) -> StepResult:
@@ -261,9 +265,7 @@ class InferenceEngine:
         counters.samples += 1
         problem = self.check_sample(sample)
         if problem is not None:
-            missing = problem.startswith("missing") or "shape" in problem
-            status = SampleStatus.MISSING_JOINTS if missing else SampleStatus.NON_FINITE
-            return self._drop(status, problem)
+            return self._drop(*problem)
         if not np.isfinite(stamp):
             return self._drop(SampleStatus.OUT_OF_ORDER, f"non-finite stamp {stamp}")
 

@@ -93,6 +93,13 @@ class RuntimeMonitor:
         self._events[kind.value] += 1
         self._details[kind.value] = detail
 
+    def record_internal_error(self, receipt_time: float, detail: str) -> None:
+        """An exception while handling a sample (a bug): ERROR until a period passes without one."""
+        self.total_samples += 1
+        self._last_receipt = receipt_time
+        self._events["internal_error"] += 1
+        self._details["internal_error"] = detail
+
     def record_ignored(self, receipt_time: float) -> None:
         """A message received while no model is loaded."""
         self.total_samples += 1
@@ -139,6 +146,9 @@ class RuntimeMonitor:
         d50, d99 = (v * 1e3 for v in self.input_delay.percentiles(50, 99))
         values["input_delay_p50_ms"], values["input_delay_p99_ms"] = f"{d50:.3f}", f"{d99:.3f}"
         problems: list[tuple[int, str]] = []
+        if self._events["internal_error"]:
+            problems.append((ERROR, f"{self._events['internal_error']} samples failed with an internal error: "
+                                    f"{self._details['internal_error']}"))
         if self._events[SampleStatus.MISSING_JOINTS.value]:
             problems.append((ERROR, f"{self._events[SampleStatus.MISSING_JOINTS.value]} samples dropped: "
                                     f"{self._details[SampleStatus.MISSING_JOINTS.value]}"))

@@ -207,9 +207,14 @@ class InferenceNode(Node):
             return
         stamp = _stamp_seconds(msg)
         self.monitor.input_delay.add(time.time() - stamp)
-        result = self.engine.step(stamp, sample)
-        if result.output is not None:
-            self._publish(msg, sample, result.output)
+        try:
+            result = self.engine.step(stamp, sample)
+            if result.output is not None:
+                self._publish(msg, sample, result.output)
+        except Exception as exc:  # a bug must not take the node down: report it and keep running
+            self.get_logger().error(f"internal error on a sample: {exc!r}", throttle_duration_sec=5.0)
+            self.monitor.record_internal_error(received, repr(exc))
+            return
         self.monitor.record(received, stamp, result)
         if result.status is SampleStatus.INFERRED:
             self.monitor.callback_latency.add(time.monotonic() - received)

@@ -138,6 +138,8 @@ def test_bad_samples_are_dropped_or_reset_without_crashing(so101_model):
     result = engine.step(10.0 + 2 * dt, nan)
     assert result.status is SampleStatus.NON_FINITE and "shoulder_lift" in result.detail and "wrist_roll" in result.detail
 
+    text = dict(good, voltage=["12.1"] * 5 + ["twelve"])
+    assert engine.step(10.0 + 2 * dt, text).status is SampleStatus.NON_FINITE
     short = dict(good, velocity=np.zeros(4))
     assert engine.step(10.0 + 2 * dt, short).status is SampleStatus.MISSING_JOINTS
     missing = {q: v for q, v in good.items() if q != "temperature"}
@@ -155,7 +157,7 @@ def test_bad_samples_are_dropped_or_reset_without_crashing(so101_model):
     result = engine.step(1.0, good)  # clock restarted (e.g. a replayed bag): a new stream
     assert result.reset_reason and "jumped back" in result.reset_reason
     counters = engine.counters
-    assert (counters.non_finite, counters.missing_joints, counters.out_of_order, counters.resets) == (1, 2, 2, 3)
+    assert (counters.non_finite, counters.missing_joints, counters.out_of_order, counters.resets) == (2, 2, 2, 3)
 
 
 def test_model_for_another_robot_is_rejected_with_a_clear_message():

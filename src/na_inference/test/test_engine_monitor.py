@@ -75,3 +75,12 @@ def test_failed_model_is_an_error_and_degraded_joints_warn():
     report = by_name(monitor.report(now))
     assert report["model"].level == ERROR and "omx" in report["model"].message
     assert report["motor condition"].level == WARN and report["motor condition"].message == "degraded: b"
+
+
+def test_internal_error_is_an_error_until_a_clean_period():
+    monitor = RuntimeMonitor("n", JOINTS, DT)
+    now = steady(monitor)
+    monitor.record_internal_error(now, "ValueError('boom')")
+    status = by_name(monitor.report(now))["input"]
+    assert status.level == ERROR and "internal error" in status.message and "boom" in status.message
+    assert by_name(monitor.report(steady(monitor, start=now)))["input"].level == OK

@@ -243,3 +243,24 @@ def test_model_for_another_robot_is_an_error_diagnostic_not_a_crash(processes, h
     harness.wait_status(": model", ERROR, "model not loaded", proc)
     assert not any(harness.received.values()), "a node without a model must not publish estimates"
     assert proc.poll() is None
+
+
+def test_parameters_are_declared_with_descriptions_and_ranges(model_path):
+    from na_inference.node import InferenceNode
+
+    rclpy.init()
+    try:
+        node = InferenceNode(parameter_overrides=[rclpy.parameter.Parameter("model_path", value=str(model_path))])
+        names = ["robot", "model_path", "contact_threshold", "condition_threshold", "marker_scale", "wrench_frame",
+                 "max_gap_dt", "stale_timeout", "diagnostics_period", "input_queue_depth", "intra_op_threads"]
+        descriptors = node.describe_parameters(names)
+        for name, descriptor in zip(names, descriptors):
+            assert descriptor.description, name
+        ranged = {d.name: d for d in descriptors if d.floating_point_range or d.integer_range}
+        assert set(ranged) == set(names) - {"robot", "model_path", "wrench_frame"}
+        assert ranged["contact_threshold"].floating_point_range[0].to_value == 1.0
+        (result,) = node.set_parameters([rclpy.parameter.Parameter("contact_threshold", value=1.5)])
+        assert not result.successful  # outside the declared range
+        node.destroy_node()
+    finally:
+        rclpy.shutdown()
