@@ -56,3 +56,19 @@ def test_robot_description_has_absolute_mesh_paths(name, has_meshes):
     for uri in meshes:
         assert uri.startswith("file:///"), uri
         assert Path(uri[len("file://"):]).is_file(), uri
+
+
+@pytest.mark.parametrize("kind", ["mjcf", "urdf"])
+def test_omx_description_matches_its_table(kind):
+    """The OMX description (written from ROBOTIS' published data) has the table's joints and arm limits."""
+    mujoco = pytest.importorskip("mujoco")
+    robot = load_robot("omx")
+    model = mujoco.MjModel.from_xml_path(str(robot.description_path(kind)))
+    assert {model.joint(i).name for i in range(model.njnt)} == set(robot.joint_names)
+    for j, name in enumerate(robot.joint_names):
+        if name == robot.gripper_joint:
+            continue  # the table's gripper limits are ROBOTIS' prismatic jaw travel, the model's joint is the motor
+        lo, hi = model.joint(name).range
+        assert (lo, hi) == pytest.approx((robot.position_min[j], robot.position_max[j]), abs=1e-4)
+    total = sum(model.body_mass)
+    assert 0.5 < total < 0.7  # ROBOTIS link masses: ~0.61 kg without the base plate
