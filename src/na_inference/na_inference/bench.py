@@ -133,6 +133,8 @@ def bench_model(path: Path, steps: int, warmup: int, checkpoint: Path | None = N
               "engine_step": _stats_ms(engine_s), "onnxruntime": _stats_ms(ort_s), "torch_eager": _stats_ms(torch_s)}
     result["torch_over_ort_p50"] = result["torch_eager"]["p50_ms"] / result["onnxruntime"]["p50_ms"]
     result["torch_over_ort_p99"] = result["torch_eager"]["p99_ms"] / result["onnxruntime"]["p99_ms"]
+    result["_samples_ms"] = {"engine_step": np.asarray(engine_s) * 1e3, "onnxruntime": np.asarray(ort_s) * 1e3,
+                             "torch_eager": np.asarray(torch_s) * 1e3}  # for the plot, not the JSON
     return result
 
 
@@ -293,6 +295,7 @@ def bench_end_to_end(model: Path, robot: str, rate: float, seconds: float,
         "input_drops": published["published"] - received_by_node,
         "node_outputs": outputs, "received_outputs": len(latencies), "output_drops": outputs - len(latencies),
         "stamp_to_receipt": _stats_ms(np.asarray(latencies) * 1e-9) if latencies else {},
+        "_samples_ms": np.asarray(latencies) * 1e-6,
         # from the node's /diagnostics, per report period: median of the p50s, worst p99
         "node_inference_ms": {"p50": over_periods(periods, "inference_p50_ms", np.median),
                               "p99": over_periods(periods, "inference_p99_ms", max)},
@@ -331,6 +334,46 @@ def _last_values(diagnostics: list, suffix: str) -> dict[str, str]:
 
 def shipped_models(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.onnx")) if folder.is_dir() else []
+
+
+def _without_samples(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_samples(v) for k, v in value.items() if k != "_samples_ms"}
+    if isinstance(value, list):
+        return [_without_samples(v) for v in value]
+    return value
+
+
+def plot_report(report: dict[str, Any], path: Path) -> None:
+    """Latency distributions: per-step (engine, ORT, torch) per model, and end-to-end."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_step, ax_e2e) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for result in report["per_step"]:
+        for label, samples in result["_samples_ms"].items():
+            values = np.sort(samples)
+            ax_step.plot(values, np.arange(1, len(values) + 1) / len(values),
+                         label=f"{Path(result['model']).name}: {label}")
+    ax_step.axvline(STEP_BUDGET_MS, color="k", linestyle="--", linewidth=0.8, label="0.5 ms goal (p99)")
+    ax_step.set(xscale="log", xlabel="per-step latency, ms (batch 1, one thread)", ylabel="fraction of steps",
+                title="(a) per step")
+    ax_step.legend(fontsize=7)
+    e2e = report.get("end_to_end")
+    if e2e and len(e2e.get("_samples_ms", [])):
+        values = np.sort(e2e["_samples_ms"])
+        ax_e2e.plot(values, np.arange(1, len(values) + 1) / len(values),
+                    label=f"{Path(e2e['model']).name}, {e2e['rate_hz']:.0f} Hz input")
+        ax_e2e.axvline(2.0, color="k", linestyle="--", linewidth=0.8, label="2 ms goal (p99)")
+        ax_e2e.legend(fontsize=7)
+    ax_e2e.set(xscale="log", xlabel="stamp -> receipt of /external_wrench, ms", ylabel="fraction of outputs",
+               title="(b) end to end over DDS")
+    fig.suptitle(f"na-bench: {report['machine']}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def print_report(report: dict[str, Any]) -> None:
@@ -410,7 +453,10 @@ def main(argv: list[str] | None = None) -> int:
     print_report(report)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2))
+        png = args.json.with_suffix(".png")
+        plot_report(report, png)
+        args.json.write_text(json.dumps(_without_samples(report), indent=2))
+        print(f"wrote {args.json} and {png}")
     return 0
 
 

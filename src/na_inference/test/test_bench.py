@@ -29,6 +29,7 @@ def test_bench_measures_per_step_and_end_to_end(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "(a) per-step latency" in result.stdout and "(b) end to end" in result.stdout
     report = json.loads(out.read_text())
+    assert out.with_suffix(".png").stat().st_size > 10_000  # latency distributions plotted next to the JSON
     (step,) = report["per_step"]
     # the eager network was rebuilt with the ONNX model's architecture: same parameter count
     assert step["parameters"] == sum(p.numel() for p in torch_model.net.parameters())
