@@ -334,7 +334,7 @@ class SimulatedArm:
             target = start_sim + (time.monotonic() - start_wall) * rate
             behind = int((target - self.time) / self.timestep)
             if behind > 0:
-                self.step(min(behind, 200))   # bounded chunks keep the lock free for bus reads
+                self.step(min(behind, 20))    # short chunks (a few ms) keep the lock free for bus reads
             else:
                 self._stop.wait(period)
 
