@@ -26,6 +26,8 @@ import numpy as np
 
 from na_description.robot_table import RobotTable
 
+# Error/status bits, the same in the STS3215 status byte and the XM430 Hardware_Error_Status.
+ERROR_VOLTAGE, ERROR_OVERHEAT, ERROR_OVERLOAD = 1, 4, 32
 COPPER_TEMP_COEFF = 0.00393  # 1/K, resistance drift of copper windings
 THERMAL_EVERY = 10           # steps per thermal update (the heat is averaged; time constants are seconds)
 REFERENCE_TEMP_C = 25.0
@@ -77,6 +79,13 @@ class ServoParams:
     case_heat_capacity: float = 25.0      # J/K
     winding_to_case: float = 6.0          # K/W
     case_to_ambient: float = 12.0         # K/W
+    temperature_limit: float = 70.0       # degC: above it the overheat bit is set
+    voltage_min: float = 4.0              # V: outside min..max the voltage bit is set
+    voltage_max: float = 14.0
+    overload_duty: float = 0.9            # |duty| demanded at or above this ...
+    overload_time_s: float = 2.0          # ... for this long trips the overload protection
+    protective_duty: float = 0.2          # STS: output limited to this after an overload
+    overload_shutdown: bool = False       # XM430: an overload switches the torque off instead
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -113,6 +122,13 @@ class ServoParams:
             values["velocity_quantum"] = units["velocity_rpm_per_count"] * 2.0 * math.pi / 60.0
         if "position_steps_per_rev" in units:
             values["counts_per_rev"] = units["position_steps_per_rev"]
+        power_up = robot.bus.extra.get("power_up", {})
+        temperature_limit = power_up.get("max_temperature_limit", power_up.get("temperature_limit"))
+        if temperature_limit is not None:
+            values["temperature_limit"] = float(temperature_limit) * units.get("temperature_c_per_count", 1.0)
+        for key in ("min_voltage_limit", "max_voltage_limit"):
+            if key in power_up:
+                values[f"voltage_{key[:3]}"] = float(power_up[key]) * units.get("voltage_v_per_count", 0.1)
         armature = act.get("mjcf_joint_class", {}).get("armature")
         if armature is not None:
             values["rotor_inertia"] = armature
@@ -148,6 +164,7 @@ class ServoReadings:
     voltage: np.ndarray       # V
     temperature: np.ndarray   # degC
     moving: np.ndarray        # bool
+    error: np.ndarray         # int error/status bits (ERROR_*)
 
 
 class ServoBank:
@@ -163,6 +180,8 @@ class ServoBank:
         self.goal = np.zeros(n_joints)
         self.torque_enabled = np.ones(n_joints, dtype=bool)
         self.extra_friction = np.zeros(n_joints)     # restricted-joint scenario (N.m)
+        self.overload_timer = np.zeros(n_joints)     # s the demand has been at the overload level
+        self.overloaded = np.zeros(n_joints, dtype=bool)
         self.feedforward = np.zeros(n_joints)        # N.m (e.g. gravity compensation of the Panda)
         self.p_gain = np.broadcast_to(np.asarray(params.p_gain, float), (n_joints,)).copy()
         self.d_gain = np.broadcast_to(np.asarray(params.d_gain, float), (n_joints,)).copy()
@@ -245,6 +264,7 @@ class ServoBank:
                 + self.v["feedforward_per_nm"] * self.feedforward)
         limit = self.v["duty_limit"]
         duty = np.clip(duty, -limit, limit)
+        duty = self._protect(duty, dt)
         self.duty = np.where(self.torque_enabled, duty, 0.0)
         # DC motor: first-order winding current with back-EMF, exact exponential discretisation.
         resistance, kt = self.resistance(), self.torque_constant()
@@ -274,6 +294,28 @@ class ServoBank:
         self.bus_voltage = (float(p.supply_voltage) - float(p.supply_resistance) * total
                             - self.v["wire_resistance"] * self.supply_current)
         return transmitted, friction, self.v["viscous_friction"].copy()
+
+    def _protect(self, duty: np.ndarray, dt: float) -> np.ndarray:
+        """Overload protection: a sustained near-full demand limits the output (STS) or trips the
+        torque off (XM430) and sets the overload bit; the STS recovers when the demand drops."""
+        p = self.params
+        demanding = self.torque_enabled & (np.abs(duty) >= self.v["overload_duty"])
+        self.overload_timer = np.where(demanding, self.overload_timer + dt, 0.0)
+        tripped = self.overload_timer >= self.v["overload_time_s"]
+        if p.overload_shutdown:
+            self.overloaded |= tripped
+            self.torque_enabled &= ~tripped
+            return duty
+        protective = self.v["protective_duty"]
+        self.overloaded = (self.overloaded | tripped) & (np.abs(duty) > protective)
+        return np.where(self.overloaded, np.clip(duty, -protective, protective), duty)
+
+    def set_torque(self, joint: int, enabled: bool) -> None:
+        """Torque_Enable write: switching on clears a latched overload (as a reboot/re-enable does)."""
+        self.torque_enabled[joint] = bool(enabled)
+        if enabled:
+            self.overloaded[joint] = False
+            self.overload_timer[joint] = 0.0
 
     def _backlash(self, motor_torque: np.ndarray, dt: float) -> np.ndarray:
         """Lost motion: torque passes only while the gear teeth touch on the side it pushes towards."""
@@ -322,4 +364,8 @@ class ServoBank:
         voltage = np.round(voltage / float(p.voltage_quantum)) * float(p.voltage_quantum)
         temperature = np.round(self.case_temp / float(p.temperature_quantum)) * float(p.temperature_quantum)
         moving = np.abs(self.velocity_counts) > 0.5
-        return ServoReadings(position, velocity, load, current, voltage, temperature, moving)
+        error = np.zeros(self.n, dtype=int)
+        error |= np.where((voltage < self.v["voltage_min"]) | (voltage > self.v["voltage_max"]), ERROR_VOLTAGE, 0)
+        error |= np.where(temperature > self.v["temperature_limit"], ERROR_OVERHEAT, 0)
+        error |= np.where(self.overloaded, ERROR_OVERLOAD, 0)
+        return ServoReadings(position, velocity, load, current, voltage, temperature, moving, error)

@@ -181,7 +181,7 @@ class SimulatedArm:
             r = self.bank.readings()
             return [ServoState(float(r.position[j]), float(r.velocity[j]), float(r.load[j]),
                                float(r.current[j]), float(r.voltage[j]), float(r.temperature[j]),
-                               bool(r.moving[j])) for j in range(self.n_joints)]
+                               bool(r.moving[j]), int(r.error[j])) for j in range(self.n_joints)]
 
     def set_goal_positions(self, goals: Mapping[int, float]) -> None:
         with self.lock:
@@ -198,7 +198,7 @@ class SimulatedArm:
 
     def set_torque_enabled(self, joint: int, enabled: bool) -> None:
         with self.lock:
-            self.bank.torque_enabled[joint] = bool(enabled)
+            self.bank.set_torque(joint, enabled)
 
     def set_gains(self, joint: int, p_gain: float | None = None, d_gain: float | None = None) -> None:
         """Position-loop gains in register units (what a P/D coefficient write sets)."""

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from na_description.robot_table import load_robot
-from na_sim.actuator import ServoBank, ServoParams
+from na_sim.actuator import ERROR_OVERHEAT, ERROR_OVERLOAD, ERROR_VOLTAGE, ServoBank, ServoParams
 
 
 def so101_params(**changes) -> ServoParams:
@@ -37,7 +37,7 @@ def test_unknown_sim_actuator_key_is_a_clear_error():
 
 
 def test_stalled_motor_draws_supply_limited_current_and_heats_then_cools():
-    params = so101_params(position_noise_counts=0.0)
+    params = so101_params(position_noise_counts=0.0, overload_duty=2.0)   # protection off: pure heat
     bank = ServoBank(params, 1, np.random.default_rng(0), timestep=0.01)   # heat is slow: 10 ms steps
     bank.reset(np.zeros(1))
     bank.goal[:] = 0.5                                  # far away: the loop saturates the PWM
@@ -133,3 +133,45 @@ def test_friction_capacity_depends_on_direction_and_speed():
     _, sliding, _ = bank.step(np.zeros(2), np.array([2.0, -2.0]))
     np.testing.assert_allclose(still, params.coulomb_friction + params.stribeck_friction)
     np.testing.assert_allclose(sliding, params.coulomb_friction, atol=1e-6)
+
+
+def test_sts_overload_limits_the_output_and_recovers_when_the_demand_drops():
+    params = so101_params(position_noise_counts=0.0)
+    bank = ServoBank(params, 1, np.random.default_rng(0), timestep=0.001)
+    bank.reset(np.zeros(1))
+    bank.goal[:] = 0.5                                   # blocked far from its goal: full demand
+    q, qd = np.zeros(1), np.zeros(1)
+    for _ in range(int(params.overload_time_s * 1000) - 10):
+        bank.step(q, qd)
+    assert bank.duty[0] == pytest.approx(params.duty_limit) and bank.readings().error[0] == 0
+    for _ in range(20):
+        bank.step(q, qd)
+    assert bank.duty[0] == pytest.approx(params.protective_duty)   # the NAD gripper's pinned load 200
+    assert bank.readings().error[0] & ERROR_OVERLOAD
+    bank.goal[:] = 0.0                                   # obstacle gone, demand below the limit
+    bank.step(q, qd)
+    assert bank.readings().error[0] == 0 and bank.torque_enabled[0]
+
+
+def test_xm430_overload_switches_the_torque_off_until_re_enabled():
+    params = ServoParams.from_robot(load_robot("omx"), position_noise_counts=0.0)
+    assert params.overload_shutdown
+    bank = ServoBank(params, 5, np.random.default_rng(0), timestep=0.001)
+    bank.reset(np.zeros(5))
+    bank.goal[1] = 1.0
+    for _ in range(int(params.overload_time_s * 1000) + 10):
+        bank.step(np.zeros(5), np.zeros(5))
+    assert not bank.torque_enabled[1] and bank.torque_enabled[0]
+    assert bank.readings().error[1] & ERROR_OVERLOAD and bank.duty[1] == 0.0
+    bank.set_torque(1, True)
+    assert bank.readings().error[1] == 0
+
+
+def test_overheat_and_voltage_bits():
+    params = so101_params()
+    bank = ServoBank(params, 2, np.random.default_rng(0), timestep=0.001)
+    bank.reset(np.zeros(2))
+    bank.case_temp[0] = params.temperature_limit + 2
+    bank.bus_voltage[1] = params.voltage_max + 1
+    error = bank.readings().error
+    assert error[0] == ERROR_OVERHEAT and error[1] == ERROR_VOLTAGE
