@@ -124,6 +124,28 @@ def select_joints(names: Sequence[str], arrays: Mapping[str, Sequence[float]],
     return sample
 
 
+# Quantities a model may use that servo telemetry does not carry: name -> (source quantity, robot-table key
+# of the numpy.polyval coefficients under ``data``). The OMX's NAD "aperture" (mm) is a function of the
+# gripper motor angle; na-record writes it with the same table polynomial.
+DERIVED_FROM_GRIPPER = {"aperture": ("position", "aperture_mm_poly"),
+                        "goal_aperture": ("goal_position", "aperture_mm_poly")}
+
+
+def derived_telemetry(robot: RobotTable, sample: Mapping[str, np.ndarray],
+                      quantities: Sequence[str]) -> dict[str, np.ndarray]:
+    """The ``quantities`` that can be computed from ``sample`` with the robot table (others are left out,
+    so the engine reports them missing). Values are [1] arrays for the scalar gripper quantities."""
+    derived: dict[str, np.ndarray] = {}
+    data = robot.raw.get("data", {})
+    for quantity in quantities:
+        source, key = DERIVED_FROM_GRIPPER.get(quantity, (None, None))
+        if source is None or key not in data or robot.gripper_joint is None or source not in sample:
+            continue
+        angle = np.asarray(sample[source], dtype=np.float64)[robot.joint_index(robot.gripper_joint)]
+        derived[quantity] = np.array([np.polyval(data[key], angle)])
+    return derived
+
+
 def repo_root() -> Path | None:
     """The source checkout this module runs from (editable installs), if any."""
     for parent in Path(__file__).resolve().parents:

@@ -37,6 +37,7 @@ from na_inference.engine import (
     InferenceEngine,
     JointMismatchError,
     SampleStatus,
+    derived_telemetry,
     resolve_model_path,
     select_joints,
 )
@@ -123,6 +124,8 @@ class InferenceNode(Node):
         self._name_cache: tuple[tuple[str, ...], bool] | None = None
         if self.engine is not None:
             self._make_messages()
+            self._message_quantities = [q for q in self.engine.quantities if q in MESSAGE_FIELDS]
+            self._derived_quantities = [q for q in self.engine.quantities if q not in MESSAGE_FIELDS]
 
         self.torque_pub = self.create_publisher(JointState, "estimated_joint_torques", qos_profile_sensor_data)
         self.wrench_pub = self.create_publisher(WrenchStamped, "external_wrench", qos_profile_sensor_data)
@@ -178,22 +181,25 @@ class InferenceNode(Node):
     # ------------------------------------------------------------------ per sample
 
     def _sample(self, msg: ActuatorState) -> dict[str, np.ndarray]:
-        """The message's arrays by quantity, in the model's joint order."""
+        """The message's arrays by quantity, in the model's joint order, plus the quantities derived from
+        them (``derived_telemetry``: e.g. the OMX gripper aperture)."""
         names = tuple(msg.name)
         if self._name_cache is None or self._name_cache[0] != names:
             self._name_cache = (names, names == self.engine.joint_names)
         if self._name_cache[1]:  # already in model order: no reordering copy
             sample = {}
             n = len(names)
-            for quantity in self.engine.quantities:
-                values = np.frombuffer(getattr(msg, quantity), dtype=np.float64) if quantity in MESSAGE_FIELDS \
-                    else np.empty(0)
+            for quantity in self._message_quantities:
+                values = np.frombuffer(getattr(msg, quantity), dtype=np.float64)
                 if values.shape != (n,):
                     raise JointMismatchError(f"{quantity} has {values.size} values for {n} joint names")
                 sample[quantity] = values
-            return sample
-        arrays = {q: getattr(msg, q) for q in self.engine.quantities if q in MESSAGE_FIELDS}
-        return select_joints(names, arrays, self.engine.joint_names, self.engine.quantities)
+        else:
+            arrays = {q: getattr(msg, q) for q in self._message_quantities}
+            sample = select_joints(names, arrays, self.engine.joint_names, self._message_quantities)
+        if self._derived_quantities:
+            sample.update(derived_telemetry(self.robot, sample, self._derived_quantities))
+        return sample
 
     def _on_actuator_state(self, msg: ActuatorState) -> None:
         received = time.monotonic()

@@ -20,6 +20,7 @@ from na_inference.engine import (
     JointMismatchError,
     ModelFileError,
     SampleStatus,
+    derived_telemetry,
     resolve_model_path,
     select_joints,
 )
@@ -209,6 +210,23 @@ def test_runtime_modules_do_not_import_torch():
             "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]; print(bad); assert not bad")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_omx_aperture_is_derived_from_the_gripper_angle_as_recorded(nad_dir):
+    """ActuatorState has no gripper aperture: it is computed from the gripper angle with the robot table."""
+    robot = load_robot("omx")
+    traj = load_trajectory(find_trajectories(nad_dir, "omx", split=None)[0])
+    derived = np.array([derived_telemetry(robot, {"position": q}, ["aperture"])["aperture"][0]
+                        for q in traj.quantities["position"]])
+    np.testing.assert_allclose(derived, traj.quantities["aperture"].reshape(-1), atol=0.01)  # mm
+    engine = InferenceEngine(exported_model("omx")[0], robot)
+    assert "aperture" in engine.quantities
+    outputs = 0
+    for i, t in enumerate(traj.time):
+        sample = {q: traj.quantities[q][i] for q in engine.quantities if q != "aperture"}
+        sample.update(derived_telemetry(robot, sample, ["aperture"]))
+        outputs += engine.step(float(t), sample).output is not None
+    assert outputs > 0.9 * len(traj.time)
 
 
 def test_shipped_so101_model_runs_on_nad(nad_dir):

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from runtime_models import exported_model  # noqa: E402
 
 from na_description.robot_table import load_robot  # noqa: E402
-from na_inference.engine import InferenceEngine  # noqa: E402
+from na_inference.engine import InferenceEngine, derived_telemetry  # noqa: E402
 from na_inference.kinematics import SerialChain  # noqa: E402
 from na_msgs.msg import ActuatorState, ExternalForceEstimate, MotorCondition  # noqa: E402
 
@@ -264,3 +264,31 @@ def test_parameters_are_declared_with_descriptions_and_ranges(model_path):
         node.destroy_node()
     finally:
         rclpy.shutdown()
+
+
+def test_omx_node_derives_the_gripper_aperture_and_keeps_the_models_force_frame(processes, harness):
+    omx = load_robot("omx")
+    omx_model = exported_model("omx")[0]
+    proc = start_node(processes, omx_model, robot="omx")
+    harness.wait_connected(proc)
+    reference = InferenceEngine(omx_model, "omx")
+    joints = list(omx.joint_names)
+    for i in range(12):
+        stamp = T0 + i * reference.dt
+        phase = 0.05 * i + np.arange(len(joints))
+        sample = {"position": 0.3 * np.sin(phase), "goal_position": 0.3 * np.sin(phase) + 0.01,
+                  "velocity": 0.2 * np.cos(phase), "current": 0.1 * np.sin(phase), "load": 0.1 * np.cos(phase),
+                  "voltage": np.full(len(joints), 12.0), "temperature": np.full(len(joints), 35.0)}
+        msg = ActuatorState()
+        msg.header.stamp.sec = int(stamp)
+        msg.header.stamp.nanosec = round((stamp - int(stamp)) * 1e9)
+        msg.name = joints
+        for field, values in sample.items():
+            setattr(msg, field, [float(v) for v in values])
+        sample.update(derived_telemetry(omx, sample, ["aperture"]))
+        expected = reference.step(stamp, sample).output
+        out = harness.send_and_wait(stamp, msg, proc)
+        np.testing.assert_allclose(out["/estimated_joint_torques"].effort, expected.torque, atol=1e-5)
+        assert out["/external_wrench"].header.frame_id == omx.force_frame  # not the base: no rotation
+    harness.wait_status(": frames", WARN, "wrench and marker stay in the model's frame", proc)
+    assert proc.poll() is None
