@@ -17,7 +17,7 @@ import numpy as np
 from na_description.robot_table import RobotTable, load_robot
 from na_inference.nad import Trajectory, format_trajectory
 from na_sim.arm import SimulatedArm
-from na_sim.scenarios import SCENARIOS, Scenario, make_scenario, scenario_settings
+from na_sim.scenarios import SCENARIOS, Scenario, make_scenario
 
 DATASET_ROBOTS = ("so101", "omx")
 # Where each kind of episode sits in a NAD-release-like tree (so na_inference.nad finds it).
@@ -67,11 +67,11 @@ def simulate_episode(robot: str | RobotTable, scenario: Scenario, seed: int = 0)
                                                          float(truth.contact), truth.condition)
     quantities = {k: v + 0.0 for k, v in out.items()}   # + 0.0 turns -0.0 into 0.0 for the CSV
     if table.nad_schema == "omx":
-        cfg = scenario_settings(table)
+        # NAD's gripper opening (mm) from the gripper motor angle, by the table's fitted polynomial.
+        poly = table.raw["data"]["aperture_mm_poly"]
         g = table.joint_index(table.gripper_joint)
-        scale, offset = cfg["aperture_mm_per_rad"], cfg["aperture_offset_mm"]
-        quantities["aperture"] = out["position"][:, g] * scale + offset
-        quantities["goal_aperture"] = out["goal_position"][:, g] * scale + offset
+        quantities["aperture"] = np.polyval(poly, out["position"][:, g])
+        quantities["goal_aperture"] = np.polyval(poly, out["goal_position"][:, g])
     traj = Trajectory(robot=table.name, path=None, task=scenario.name, payload_kg=scenario.payload_kg,
                       time=times, quantities=quantities, force=nad_force_labels(force, arm.robot, scenario),
                       condition=condition[0] if scenario.restricted_joint is not None else None)

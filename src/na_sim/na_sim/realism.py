@@ -1,6 +1,6 @@
-"""Realism against real data: replay the leader commands of real SO-101 NAD files through the
-simulated SO-101 (same payload, attached while the file labels force_z) and measure how far the
-simulated telemetry is from the recording; fit a few actuator parameters to close the gap.
+"""Realism against real data: replay the leader commands of real NAD files through the simulated arm
+(SO-101: same payload, attached while the file labels force_z) and measure how far the simulated
+telemetry is from the recording; fit a few actuator parameters to close the gap (done for the SO-101).
 
     python -m na_sim.realism --nad ../shared/nad --out realism/            # measure only
     python -m na_sim.realism --nad ../shared/nad --out realism/ --fit      # fit, then measure before/after
@@ -39,6 +39,7 @@ LOAD_SCALE = 0.02     # duty error that weighs as much as one degree of position
 
 @dataclass
 class Replay:
+    robot: str
     path: Path
     time: np.ndarray
     recorded_position: np.ndarray   # [T, J] rad
@@ -65,14 +66,17 @@ class Replay:
 
 def replay(traj: Trajectory, params: ServoParams | None = None, seed: int = 0,
            max_frames: int | None = None) -> Replay:
-    """Drive the sim with the file's goal_position at its timestamps; payload while force_z is labelled."""
+    """Drive the sim with the file's goal_position at its timestamps; in payload tasks the payload is
+    attached while force_z is labelled."""
     robot = load_robot(traj.robot)
     q = traj.quantities
     frames = len(traj) if max_frames is None else min(len(traj), max_frames)
     arm = SimulatedArm(robot, seed=seed, params=params, initial_position=q["position"][0])
     arm.bank.winding_temp[:] = q["temperature"][0]
     arm.bank.case_temp[:] = q["temperature"][0]
-    weight = -traj.force[:, 2]
+    # A payload task labels force_z = -m g while the payload is held; other files (OMX F/T pushes)
+    # carry measured forces in the sensor frame, which are not replayed.
+    weight = -traj.force[:, 2] if traj.payload_kg is not None else np.full(len(traj), np.nan)
     sim_pos = np.zeros((frames, robot.n_joints))
     sim_load = np.zeros((frames, robot.n_joints))
     sim_current = np.zeros((frames, robot.n_joints))
@@ -96,7 +100,7 @@ def replay(traj: Trajectory, params: ServoParams | None = None, seed: int = 0,
         steps = max(1, round((target - arm.time) / arm.timestep))
         arm.step(steps)
         record(k + 1)
-    return Replay(traj.path or Path("?"), traj.time[:frames], q["position"][:frames], sim_pos,
+    return Replay(traj.robot, traj.path or Path("?"), traj.time[:frames], q["position"][:frames], sim_pos,
                   q["load"][:frames], sim_load, q["current"][:frames], sim_current, q["voltage"][:frames],
                   sim_voltage)
 
@@ -107,8 +111,8 @@ def arm_joints(robot: str) -> list[int]:
     return [j for j, name in enumerate(table.joint_names) if name != table.gripper_joint]
 
 
-def summarize(replays: list[Replay]) -> dict:
-    names = load_robot("so101").joint_names
+def summarize(replays: list[Replay], robot: str = "so101") -> dict:
+    names = load_robot(robot).joint_names
     per_file = []
     for r in replays:
         per_file.append({"file": str(r.path), "frames": len(r.time),
@@ -120,7 +124,7 @@ def summarize(replays: list[Replay]) -> dict:
     load = np.mean([r.load_mae() for r in replays], axis=0)
     current = np.mean([r.current_mae() for r in replays], axis=0)
     voltage = np.mean([r.voltage_mae() for r in replays], axis=0)
-    joints = arm_joints("so101")
+    joints = arm_joints(robot)
     return {"files": len(replays),
             "position_mae_deg": dict(zip(names, np.round(pos, 3).tolist())),
             "load_mae_duty": dict(zip(names, np.round(load, 4).tolist())),
@@ -141,7 +145,7 @@ def fit(trajectories: list[Trajectory], base: ServoParams, max_frames: int, max_
     lower = np.log([FIT_PARAMETERS[n][0] for n in names])
     upper = np.log([FIT_PARAMETERS[n][1] for n in names])
     start = np.clip(np.log([float(np.mean(getattr(base, n))) for n in names]), lower + 1e-6, upper - 1e-6)
-    joints = arm_joints("so101")
+    joints = arm_joints(trajectories[0].robot)
     bar = tqdm(total=max_evaluations, desc="fit", unit="eval", disable=not progress)
     history: list[float] = []
     best: dict = {"cost": math.inf, "x": start}
@@ -184,7 +188,7 @@ def plot(replay_: Replay, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = load_robot("so101").joint_names
+    names = load_robot(replay_.robot).joint_names
     fig, axes = plt.subplots(2, 5, figsize=(18, 6), sharex=True)
     t = replay_.time - replay_.time[0]
     for j in range(5):
@@ -196,7 +200,7 @@ def plot(replay_: Replay, path: Path) -> None:
         axes[1, j].set_title(f"{names[j]} load (duty)")
         axes[1, j].set_xlabel("s")
     axes[0, 0].legend()
-    fig.suptitle(f"SO-101 replay: {replay_.path}")
+    fig.suptitle(f"{replay_.robot} replay: {replay_.path}")
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
@@ -204,7 +208,8 @@ def plot(replay_: Replay, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m na_sim.realism", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nad", type=Path, required=True, help="NAD root with so101/ files")
+    parser.add_argument("--nad", type=Path, required=True, help="NAD root (so101/, force_sensor/, ... folders)")
+    parser.add_argument("--robot", default="so101", choices=("so101", "omx"))
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--fit", action="store_true", help="fit FIT_PARAMETERS first, then compare before/after")
     parser.add_argument("--fit-files", type=int, default=4, help="files used by the fit (spread over tasks)")
@@ -213,16 +218,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--untuned", action="store_true",
                         help="start from the untuned defaults of the fitted parameters (ignore the table's fit)")
     args = parser.parse_args(argv)
-    paths = find_trajectories(args.nad, "so101", split=None)
-    trajectories = [load_trajectory(p, "so101") for p in paths]
+    paths = find_trajectories(args.nad, args.robot, split=None)
+    trajectories = [load_trajectory(p, args.robot) for p in paths]
     args.out.mkdir(parents=True, exist_ok=True)
-    base = ServoParams.from_robot(load_robot("so101"))
+    base = ServoParams.from_robot(load_robot(args.robot))
     if args.untuned:
         defaults = ServoParams()
         base = base.with_values(**{name: getattr(defaults, name) for name in FIT_PARAMETERS})
-    report: dict = {"nad": str(args.nad), "untuned": args.untuned}
+    report: dict = {"nad": str(args.nad), "robot": args.robot, "untuned": args.untuned}
     started = time.perf_counter()
-    report["before"] = summarize([replay(t, base) for t in trajectories])
+    report["before"] = summarize([replay(t, base) for t in trajectories], args.robot)
     if args.fit:
         step = max(1, len(trajectories) // args.fit_files)
         subset = trajectories[::step][: args.fit_files]
@@ -231,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         info["frames_per_file"] = args.fit_frames
         report["fit"] = info
         after = [replay(t, tuned) for t in trajectories]
-        report["after"] = summarize(after)
+        report["after"] = summarize(after, args.robot)
         plot(after[0], args.out / "realism.png")
         print("sim_actuator values to put in so101.yaml:")
         for name, value in info["fitted"].items():
