@@ -31,7 +31,7 @@ def truncated(traj: Trajectory, rows: int) -> Trajectory:
 def toy(tmp_path_factory, request):
     """A small NAD folder (2 tasks x 2 files x 40 rows, from real files), a random small model on it,
     its checkpoint and its ONNX export."""
-    from conftest import nad_root
+    from na_testing import nad_root
 
     root = nad_root()
     if root is None:

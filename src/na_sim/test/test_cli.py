@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
+from na_testing import wait_until
 
-from conftest import wait_until
 from na_description.robot_table import load_robot
 
 BUS = [sys.executable, "-c", "from na_sim.cli import bus_main; raise SystemExit(bus_main())"]
