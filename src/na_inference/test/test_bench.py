@@ -23,7 +23,7 @@ def test_bench_measures_per_step_and_end_to_end(tmp_path):
     shutil.copy(path, models / "so101.onnx")
     out = tmp_path / "bench.json"
     result = subprocess.run(
-        [sys.executable, "-m", "na_inference.bench", "--models", str(models), "--steps", "200", "--warmup", "20",
+        [sys.executable, "-m", "na_inference.bench", "--models", str(models), "--steps", "200", "--warmup", "20", "--paced-steps", "20",
          "--seconds", "2", "--rate", "500", "--json", str(out)],
         capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -36,6 +36,7 @@ def test_bench_measures_per_step_and_end_to_end(tmp_path):
     for key in ("engine_step", "onnxruntime", "torch_eager"):
         assert step[key]["n"] == 200 and 0 < step[key]["p50_ms"] <= step[key]["p99_ms"] <= step[key]["max_ms"]
     assert step["torch_over_ort_p50"] > 0
+    assert step["onnxruntime_at_model_rate"]["n"] == 20
     e2e = report["end_to_end"]
     assert e2e["published"] > 500
     assert 0 <= e2e["input_drops"] <= e2e["published"]
