@@ -38,12 +38,23 @@ class StackOptions:
     sim_args: list[str] = field(default_factory=list)
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM when the parent dies (Linux prctl PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+
+
 class SimulatedBus:
     """The simulated arm behind its emulated bus, as a child process (its own GIL and core)."""
 
     def __init__(self, cmd: list[str], link: Path) -> None:
         self.link = link
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # Own process group: a Ctrl-C in the terminal reaches only na-bringup, which then turns the
+        # torque off through the still-running bus before ending the simulator. PDEATHSIG ends the
+        # simulator if na-bringup itself is killed, so it never outlives us.
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True, preexec_fn=_die_with_parent)
         self.device = self._read_device_path()
 
     def _read_device_path(self) -> str:

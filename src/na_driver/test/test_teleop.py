@@ -38,6 +38,10 @@ def test_leader_moves_follower_and_goal_is_logged(processes, ros_probe, tmp_path
         wait_for(lambda: follower.goals[0] is not None
                  and np.allclose(follower.goals, expected, atol=2 * RAD_PER_COUNT), 30.0,
                  "the follower at the leader's pose", tel)
+        # The published telemetry trails the goal write by up to one bus cycle: wait for a sample
+        # read after the follower got there.
+        wait_for(lambda: np.allclose(ros_probe.messages("/actuator_states")[-1].position, expected,
+                                     atol=2 * RAD_PER_COUNT), 10.0, "telemetry of the reached pose", drv)
         assert leader.torque_enabled == [False] * robot.n_joints
         assert leader.goals == [None] * robot.n_joints         # nothing is ever written to the leader's goals
         last = ros_probe.messages("/actuator_states")[-1]
