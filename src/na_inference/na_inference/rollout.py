@@ -129,9 +129,10 @@ class RolloutOutput:
 
 def rollout(net: NeuralActuatorNet, dyn: RigidBodyDynamics, mixer: FeatureMixer, recorded: torch.Tensor,
             history: torch.Tensor, q0: torch.Tensor, qd0: torch.Tensor, dt: float, substeps: int = 5,
-            apply_force: bool = False) -> RolloutOutput:
+            apply_force: bool = False, detach_force: bool = True) -> RolloutOutput:
     """Roll ``recorded.shape[1]`` steps: recorded [B, T, F] rows s..s+T-1, history [B, H, F] the frames
-    before row s (physical units), q0/qd0 [B, J] the simulator state at row s."""
+    before row s (physical units), q0/qd0 [B, J] the simulator state at row s. With ``apply_force`` the gated
+    force estimate acts at the grasp site (J^T f); ``detach_force`` keeps the position loss out of the force head."""
     q, qd = q0, qd0
     window = history
     outs: dict[str, list[torch.Tensor]] = {k: [] for k in ("q", "qd", "torque", "force_raw", "gate_logit",
@@ -141,6 +142,8 @@ def rollout(net: NeuralActuatorNet, dyn: RigidBodyDynamics, mixer: FeatureMixer,
         full = torch.cat([window, frame[:, None]], 1)
         pred = net(mixer.normalize(full))
         force = torch.sigmoid(pred["gate_logit"]) * pred["force_raw"] if apply_force else None
+        if force is not None and detach_force:
+            force = force.detach()
         q, qd = dyn.step(q, qd, pred["torque"], dt, substeps, force)
         window = full[:, 1:]
         for key in ("torque", "force_raw", "gate_logit", "condition_logit"):
