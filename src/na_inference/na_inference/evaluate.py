@@ -60,9 +60,13 @@ def force_metrics(pred: np.ndarray, traj: Trajectory, rows: slice, gate: np.ndar
 
 # ---------------------------------------------------------------------------------------------- (a) rollout
 
-def evaluate_rollouts(checkpoint: Path, trajs: list[Trajectory], substeps: int = 5,
-                      apply_force: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, np.ndarray]]]:
-    net, _, spec, _ = load_checkpoint(checkpoint)
+def evaluate_rollouts(checkpoint: Path, trajs: list[Trajectory], substeps: int | None = None,
+                      apply_force: bool | None = None) -> tuple[list[dict[str, Any]], list[dict[str, np.ndarray]]]:
+    """Protocol rollouts; ``substeps``/``apply_force`` None = as the checkpoint was trained (else 5 / off)."""
+    net, _, spec, extra = load_checkpoint(checkpoint)
+    trained = extra.get("training", {}).get("config", {})
+    substeps = int(trained.get("substeps", 5)) if substeps is None else substeps
+    apply_force = bool(trained.get("apply_force", False)) if apply_force is None else apply_force
     net.eval()
     dyn = RigidBodyDynamics.for_robot(spec.robot, dtype=torch.float32)
     mixer = FeatureMixer(spec)
@@ -294,8 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", type=Path, help="final.pt from na-train (rollout protocol)")
     parser.add_argument("--model", type=Path, help="exported ONNX model (deployment mode)")
     parser.add_argument("--baselines", action=argparse.BooleanOptionalAction, default=True)
-    parser.add_argument("--substeps", type=int, default=5)
-    parser.add_argument("--apply-force", action="store_true", help="apply the predicted force in the rollout")
+    parser.add_argument("--substeps", type=int, help="simulator substeps (default: as trained, else 5)")
+    parser.add_argument("--apply-force", action=argparse.BooleanOptionalAction, default=None,
+                        help="apply the predicted force at the grasp site in the rollout (default: as trained)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out-dir", type=Path, default=Path("eval/so101"))
     args = parser.parse_args(argv)
