@@ -133,7 +133,7 @@ class Dataset:
             cond = tr.condition if tr.condition is not None else np.zeros(tr.position.shape[1], np.float32)
             self.targets.append((force, mask, tr.contact, cond, float(tr.condition is not None)))
 
-    def sample(self, gen: torch.Generator, batch: int, steps: int, padded: np.ndarray) -> list[tuple[int, int]]:
+    def sample(self, gen: torch.Generator, batch: int, steps: int) -> list[tuple[int, int]]:
         """``batch`` (trajectory, start row) pairs, uniform over trajectories then starts with room for
         ``steps`` steps and a previous row (for the backward-difference velocity)."""
         out = []
@@ -143,7 +143,7 @@ class Dataset:
             out.append((k, 1 + int(torch.randint(max(hi, 1), (1,), generator=gen))))
         return out
 
-    def make_batch(self, picks: list[tuple[int, int]], steps: int, mean_frame: np.ndarray) -> Batch:
+    def make_batch(self, picks: list[tuple[int, int]], steps: int) -> Batch:
         hist, rec, q0, qd0, pos, vel, frc, fmask, contact, cond, cmask = ([] for _ in range(11))
         for k, s in picks:
             tr = self.trajs[k]
@@ -339,14 +339,14 @@ class Trainer:
             group["lr"] = learning_rate(cfg, self.step)
         if self.step < cfg.teacher_steps:
             stage, steps = "teacher", 1
-            picks = self.data.sample(self.gen, cfg.teacher_batch, 1, None)
-            batch = self.data.make_batch(picks, 1, self.spec.mean)
+            picks = self.data.sample(self.gen, cfg.teacher_batch, 1)
+            batch = self.data.make_batch(picks, 1)
             jitter(cfg, self.mixer, batch, self.gen)
             out = teacher_forced_step(cfg, self.net, self.dyn, self.mixer, batch, self.gen)
         else:
             stage, steps = "rollout", cfg.rollout_length(self.step - cfg.teacher_steps)
-            picks = self.data.sample(self.gen, cfg.rollout_batch, steps, None)
-            batch = self.data.make_batch(picks, steps, self.spec.mean)
+            picks = self.data.sample(self.gen, cfg.rollout_batch, steps)
+            batch = self.data.make_batch(picks, steps)
             jitter(cfg, self.mixer, batch, self.gen)
             noise = torch.randn(batch.q0.shape, generator=self.gen) * cfg.init_noise
             out = rollout(self.net, self.dyn, self.mixer, batch.recorded, batch.history, batch.q0 + noise,
