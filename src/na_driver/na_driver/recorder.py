@@ -79,7 +79,7 @@ class NadRecording:
         return len(self.stamps)
 
     def trajectory(self):
-        from na_inference.nad import Trajectory
+        from na_inference.nad import Trajectory, add_gripper_aperture
 
         if not self.stamps:
             raise ValueError("nothing was recorded")
@@ -88,11 +88,7 @@ class NadRecording:
         force = np.vstack(self.forces)
         if self.wrenches:
             force = self._match_wrenches(stamps)
-        if self.robot.nad_schema == "omx":
-            poly = self.robot.raw["data"]["aperture_mm_poly"]
-            gripper = self.robot.joint_index(self.robot.gripper_joint)
-            quantities["aperture"] = np.polyval(poly, quantities["position"][:, gripper])
-            quantities["goal_aperture"] = np.polyval(poly, quantities["goal_position"][:, gripper])
+        add_gripper_aperture(self.robot.name, quantities)   # the OMX's NAD gripper opening (mm)
         return Trajectory(robot=self.robot.name, path=None, task=self.task, payload_kg=self.payload_kg,
                           time=stamps - stamps[0], quantities=quantities, force=force)
 

@@ -39,6 +39,7 @@ from na_inference.contract import (
     validate_for_robot,
 )
 from na_inference.features import FeatureSpec, HistoryWindow
+from na_inference.nad import GRIPPER_APERTURE_KEY, gripper_aperture_mm
 
 # A sample within this fraction of dt of a grid time completes it (float stamps near 1.7e9 s carry only
 # ~0.24 us of resolution, so exact comparison would miss grid points at random).
@@ -124,11 +125,9 @@ def select_joints(names: Sequence[str], arrays: Mapping[str, Sequence[float]],
     return sample
 
 
-# Quantities a model may use that servo telemetry does not carry: name -> (source quantity, robot-table key
-# of the numpy.polyval coefficients under ``data``). The OMX's NAD "aperture" (mm) is a function of the
-# gripper motor angle; na-record writes it with the same table polynomial.
-DERIVED_FROM_GRIPPER = {"aperture": ("position", "aperture_mm_poly"),
-                        "goal_aperture": ("goal_position", "aperture_mm_poly")}
+# Quantities a model may use that servo telemetry does not carry: name -> source quantity. The OMX's NAD
+# "aperture" (mm) is a function of the gripper motor angle (nad.gripper_aperture_mm, as na-record writes it).
+DERIVED_FROM_GRIPPER = {"aperture": "position", "goal_aperture": "goal_position"}
 
 
 def derived_telemetry(robot: RobotTable, sample: Mapping[str, np.ndarray],
@@ -136,13 +135,14 @@ def derived_telemetry(robot: RobotTable, sample: Mapping[str, np.ndarray],
     """The ``quantities`` that can be computed from ``sample`` with the robot table (others are left out,
     so the engine reports them missing). Values are [1] arrays for the scalar gripper quantities."""
     derived: dict[str, np.ndarray] = {}
-    data = robot.raw.get("data", {})
+    if GRIPPER_APERTURE_KEY not in robot.raw.get("data", {}) or robot.gripper_joint is None:
+        return derived
     for quantity in quantities:
-        source, key = DERIVED_FROM_GRIPPER.get(quantity, (None, None))
-        if source is None or key not in data or robot.gripper_joint is None or source not in sample:
+        source = DERIVED_FROM_GRIPPER.get(quantity)
+        if source is None or source not in sample:
             continue
         angle = np.asarray(sample[source], dtype=np.float64)[robot.joint_index(robot.gripper_joint)]
-        derived[quantity] = np.array([np.polyval(data[key], angle)])
+        derived[quantity] = np.array([gripper_aperture_mm(robot.name, angle)])
     return derived
 
 

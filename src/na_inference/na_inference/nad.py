@@ -180,6 +180,29 @@ class Trajectory:
 # ----------------------------------------------------------------------------------------- reading
 
 
+GRIPPER_APERTURE_KEY = "aperture_mm_poly"   # robot table data key: numpy.polyval coefficients, rad -> mm
+
+
+def gripper_aperture_mm(robot: str, gripper_angle):
+    """NAD's gripper opening in mm (OMX ``aperture``) from the gripper motor angle in rad, by the robot
+    table's fitted polynomial. The one place this mapping is evaluated (recorder, simulator, runtime)."""
+    coefficients = load_robot(robot).raw.get("data", {}).get(GRIPPER_APERTURE_KEY)
+    if coefficients is None:
+        raise NADFormatError(f"robot {robot} has no {GRIPPER_APERTURE_KEY} in its table")
+    return np.polyval(coefficients, gripper_angle)
+
+
+def add_gripper_aperture(robot: str, quantities: dict[str, np.ndarray]) -> None:
+    """Add ``aperture``/``goal_aperture`` [T] from ``position``/``goal_position`` [T, J] when the robot's NAD
+    schema has those columns (the OMX); other robots are left unchanged."""
+    table = load_robot(robot)
+    if table.nad_schema != "omx":
+        return
+    gripper = table.joint_index(table.gripper_joint)
+    quantities["aperture"] = gripper_aperture_mm(robot, quantities["position"][:, gripper])
+    quantities["goal_aperture"] = gripper_aperture_mm(robot, quantities["goal_position"][:, gripper])
+
+
 def detect_robot(header: Sequence[str]) -> str:
     """Which robot's NAD schema ``header`` is; raises NADFormatError naming the closest schema's gaps."""
     names = set(header)

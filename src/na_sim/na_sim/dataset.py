@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from na_description.robot_table import RobotTable, load_robot
-from na_inference.nad import Trajectory, format_trajectory
+from na_inference.nad import Trajectory, add_gripper_aperture, format_trajectory
 from na_sim.arm import SimulatedArm
 from na_sim.scenarios import SCENARIOS, Scenario, make_scenario
 
@@ -66,12 +66,7 @@ def simulate_episode(robot: str | RobotTable, scenario: Scenario, seed: int = 0)
         torque[k], force[k], contact[k], condition[k] = (truth.joint_torque, truth.external_force,
                                                          float(truth.contact), truth.condition)
     quantities = {k: v + 0.0 for k, v in out.items()}   # + 0.0 turns -0.0 into 0.0 for the CSV
-    if table.nad_schema == "omx":
-        # NAD's gripper opening (mm) from the gripper motor angle, by the table's fitted polynomial.
-        poly = table.raw["data"]["aperture_mm_poly"]
-        g = table.joint_index(table.gripper_joint)
-        quantities["aperture"] = np.polyval(poly, out["position"][:, g])
-        quantities["goal_aperture"] = np.polyval(poly, out["goal_position"][:, g])
+    add_gripper_aperture(table.name, quantities)   # the OMX's NAD gripper opening (mm)
     traj = Trajectory(robot=table.name, path=None, task=scenario.name, payload_kg=scenario.payload_kg,
                       time=times, quantities=quantities, force=nad_force_labels(force, arm.robot, scenario),
                       condition=condition[0] if scenario.restricted_joint is not None else None)
