@@ -1,4 +1,4 @@
-"""ament_python package na_bringup (installed by colcon, or by scripts/setup.sh into the venv)."""
+"""ament_python package na_bringup (built by colcon, or installed into the venv by scripts/setup.sh)."""
 
 from pathlib import Path
 
@@ -6,16 +6,13 @@ from setuptools import find_packages, setup
 
 PACKAGE = "na_bringup"
 HERE = Path(__file__).parent
-# Folders installed to share/$PACKAGE (scripts/setup.sh links the same list for venv installs).
-SHARE_DIRS = ("launch", "config", "rviz", "urdf", "mjcf", "robots", "meshes", "models")
 
 
 def share_files() -> list[tuple[str, list[str]]]:
-    files = [
-        ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
-        (f"share/{PACKAGE}", ["package.xml"]),
-    ]
-    for folder in SHARE_DIRS:
+    """package.xml, the ament index marker, and every file under launch/, config/ and rviz/, kept in their folders."""
+    files = [("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
+             (f"share/{PACKAGE}", ["package.xml"])]
+    for folder in ("launch", "config", "rviz"):
         for path in sorted((HERE / folder).rglob("*")):
             if path.is_file():
                 rel = path.relative_to(HERE)
@@ -27,7 +24,6 @@ setup(
     name=PACKAGE,
     version="0.1.0",
     packages=find_packages(exclude=["test"]),
-    include_package_data=True,
     data_files=share_files(),
     install_requires=["setuptools"],
     zip_safe=False,

@@ -1,34 +1,16 @@
-"""ament_python package na_description (installed by colcon, or by scripts/setup.sh into the venv)."""
-
-from pathlib import Path
+"""ament_python package na_description (built by colcon, or installed into the venv by scripts/setup.sh)."""
 
 from setuptools import find_packages, setup
 
 PACKAGE = "na_description"
-HERE = Path(__file__).parent
-# Folders installed to share/$PACKAGE (scripts/setup.sh links the same list for venv installs).
-SHARE_DIRS = ("launch", "config", "rviz", "urdf", "mjcf", "robots", "meshes", "models")
-
-
-def share_files() -> list[tuple[str, list[str]]]:
-    files = [
-        ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
-        (f"share/{PACKAGE}", ["package.xml"]),
-    ]
-    for folder in SHARE_DIRS:
-        for path in sorted((HERE / folder).rglob("*")):
-            if path.is_file():
-                rel = path.relative_to(HERE)
-                files.append((f"share/{PACKAGE}/{rel.parent}", [str(rel)]))
-    return files
-
 
 setup(
     name=PACKAGE,
     version="0.1.0",
     packages=find_packages(exclude=["test"]),
     package_data={PACKAGE: ["robots/*.yaml", "robots/*/*"]},
-    data_files=share_files(),
+    data_files=[("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
+                (f"share/{PACKAGE}", ["package.xml"])],
     install_requires=["setuptools", "pyyaml"],
     zip_safe=False,
     maintainer="NeuralActuator maintainers",
