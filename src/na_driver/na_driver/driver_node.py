@@ -111,6 +111,8 @@ class DriverNode(Node):
         was_ok = None
         while not self._stop.is_set():
             result = self.core.cycle()
+            if not self.context.ok():      # ROS shut down under us (signal): stop; close() turns torque off
+                break
             if result.sample is not None:
                 self._publish(result)
                 if was_ok is False:
