@@ -226,6 +226,18 @@ class ServoBus(ABC):
     def _decode(self, blocks: dict[int, bytes], stamp_ns: int) -> TelemetrySample: ...
 
     @abstractmethod
+    def _value(self, block: bytes, name: str) -> int:
+        """Register ``name`` of one servo's telemetry block, signed in the family's encoding."""
+
+    def _raw_registers(self, blocks: dict[int, bytes]) -> np.ndarray:
+        """[len(FIELDS), servos] register values of one sync read, in FIELDS order."""
+        raw = np.empty((len(self.FIELDS), len(self.ids)), dtype=np.float64)
+        for j, sid in enumerate(self.ids):
+            for k, name in enumerate(self.FIELDS):
+                raw[k, j] = self._value(blocks[sid], name)
+        return raw
+
+    @abstractmethod
     def _encode_goal(self, joint: int, angle_rad: float) -> list[int]: ...
 
     def _configure(self) -> None:  # noqa: B027 (optional hook)
@@ -464,7 +476,8 @@ class FeetechBus(ServoBus):
     def _sync_read_block(self) -> dict[int, bytes]:
         return self._fresh_group_read(self.telemetry_reader, self.telemetry_reader.txRxPacket)
 
-    def _value(self, block: bytes, f: _Field) -> int:
+    def _value(self, block: bytes, name: str) -> int:
+        f = self.fields[name]
         raw = int.from_bytes(block[f.offset:f.offset + f.size], self.byteorder)
         if f.sign_bit is not None and raw & (1 << f.sign_bit):
             return -(raw & ~(1 << f.sign_bit))
@@ -472,11 +485,7 @@ class FeetechBus(ServoBus):
 
     def _decode(self, blocks: dict[int, bytes], stamp_ns: int) -> TelemetrySample:
         n = len(self.ids)
-        raw = np.empty((len(self.FIELDS), n), dtype=np.float64)
-        for j, sid in enumerate(self.ids):
-            block = blocks[sid]
-            for k, name in enumerate(self.FIELDS):
-                raw[k, j] = self._value(block, self.fields[name])
+        raw = self._raw_registers(blocks)
         cal = self.calibration
         position = np.array([cal.to_radians(j, raw[0, j]) for j in range(n)])
         signs = np.array([c.sign for c in cal.joints])
@@ -623,16 +632,13 @@ class DynamixelBus(ServoBus):
             if len(data) == 1:
                 self.hardware_error[j] = data[0]
 
-    def _value(self, block: bytes, f: _Field, signed: bool) -> int:
-        return int.from_bytes(block[f.offset:f.offset + f.size], "little", signed=signed)
+    def _value(self, block: bytes, name: str) -> int:
+        f = self.fields[name]
+        return int.from_bytes(block[f.offset:f.offset + f.size], "little", signed=name in self.SIGNED)
 
     def _decode(self, blocks: dict[int, bytes], stamp_ns: int) -> TelemetrySample:
         n = len(self.ids)
-        raw = np.empty((len(self.FIELDS), n), dtype=np.float64)
-        for j, sid in enumerate(self.ids):
-            block = blocks[sid]
-            for k, name in enumerate(self.FIELDS):
-                raw[k, j] = self._value(block, self.fields[name], name in self.SIGNED)
+        raw = self._raw_registers(blocks)
         cal = self.calibration
         signs = np.array([c.sign for c in cal.joints])
         return TelemetrySample(
