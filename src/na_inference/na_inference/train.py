@@ -70,6 +70,8 @@ class TrainConfig:
     jitter_voltage: float = 0.0        # V: per-window uniform offset on voltage
     substeps: int = 5
     apply_force: bool = False          # apply the predicted force at the grasp site (J^T f) in the simulator
+    synthetic_dir: str = ""            # na-sim-dataset folder mixed into training (the data is read, never copied)
+    synthetic_fraction: float = 0.0    # share of every batch drawn from the synthetic episodes
     lr: float = 1e-3
     weight_decay: float = 1e-4
     warmup: int = 100
@@ -133,12 +135,22 @@ class Dataset:
             cond = tr.condition if tr.condition is not None else np.zeros(tr.position.shape[1], np.float32)
             self.targets.append((force, mask, tr.contact, cond, float(tr.condition is not None)))
 
-    def sample(self, gen: torch.Generator, batch: int, steps: int) -> list[tuple[int, int]]:
+    def sample(self, gen: torch.Generator, batch: int, steps: int, extra: int = 0,
+               extra_fraction: float = 0.0) -> list[tuple[int, int]]:
         """``batch`` (trajectory, start row) pairs, uniform over trajectories then starts with room for
-        ``steps`` steps and a previous row (for the backward-difference velocity)."""
+        ``steps`` steps and a previous row (for the backward-difference velocity).
+
+        With ``extra`` > 0 the last ``extra`` trajectories (synthetic episodes) form a second pool that
+        supplies round(``extra_fraction`` * batch) of the picks, so the real/synthetic ratio does not depend
+        on how many episodes were generated."""
+        real = len(self.trajs) - extra
+        n_extra = round(extra_fraction * batch) if extra else 0
         out = []
-        for _ in range(batch):
-            k = int(torch.randint(len(self.trajs), (1,), generator=gen))
+        for i in range(batch):
+            if i < n_extra:
+                k = real + int(torch.randint(extra, (1,), generator=gen))
+            else:
+                k = int(torch.randint(real, (1,), generator=gen))
             hi = len(self.trajs[k]) - steps - 1
             out.append((k, 1 + int(torch.randint(max(hi, 1), (1,), generator=gen))))
         return out
@@ -176,6 +188,15 @@ def load_datasets(cfg: TrainConfig) -> tuple[list[Path], list[Path]]:
     if cfg.max_files:
         train = train[:cfg.max_files]
     return train, val
+
+
+def synthetic_paths(cfg: TrainConfig) -> list[Path]:
+    """The na-sim-dataset episodes to mix in (none unless both the folder and a fraction are given)."""
+    if not cfg.synthetic_dir or cfg.synthetic_fraction <= 0:
+        return []
+    if not 0 < cfg.synthetic_fraction <= 1:
+        raise ValueError(f"synthetic_fraction must be in (0, 1], got {cfg.synthetic_fraction}")
+    return find_trajectories(cfg.synthetic_dir, cfg.robot, split="train")
 
 
 def read_prepared(paths: list[Path], spec, robot: str, max_rows: int = 0) -> list[PreparedTrajectory]:
@@ -285,9 +306,12 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         torch.set_num_threads(cfg.threads)
         self.train_paths, self.val_paths = load_datasets(cfg)
+        self.synthetic_paths = synthetic_paths(cfg)
         base = default_spec(cfg.robot)
         raw = read_prepared(self.train_paths, base, cfg.robot, cfg.max_rows)
+        # Normalization comes from the real arm only: the deployed model sees real telemetry.
         self.spec = fit_normalization(base, [t.frames for t in raw])
+        raw += read_prepared(self.synthetic_paths, base, cfg.robot, cfg.max_rows)
         self.data = Dataset(raw, self.spec.history, self.spec.dt, [self.spec.windows(t.frames) for t in raw])
         self.val = read_prepared(self.val_paths, self.spec, cfg.robot) if cfg.validate else []
         self.mixer = FeatureMixer(self.spec)
@@ -304,6 +328,10 @@ class Trainer:
         self.elapsed = 0.0
         self.out = Path(cfg.out_dir)
 
+    @property
+    def synthetic_share(self) -> tuple[int, float]:
+        return len(self.synthetic_paths), self.cfg.synthetic_fraction
+
     # ------------------------------------------------------------------ state
     def state(self) -> dict:
         return {
@@ -312,6 +340,7 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
             "sampler_rng": self.gen.get_state(),
             "train_files": [str(p) for p in self.train_paths], "val_files": [str(p) for p in self.val_paths],
+            "synthetic_files": len(self.synthetic_paths),
         }
 
     def save(self, path: Path) -> None:
@@ -339,13 +368,13 @@ class Trainer:
             group["lr"] = learning_rate(cfg, self.step)
         if self.step < cfg.teacher_steps:
             stage, steps = "teacher", 1
-            picks = self.data.sample(self.gen, cfg.teacher_batch, 1)
+            picks = self.data.sample(self.gen, cfg.teacher_batch, 1, *self.synthetic_share)
             batch = self.data.make_batch(picks, 1)
             jitter(cfg, self.mixer, batch, self.gen)
             out = teacher_forced_step(cfg, self.net, self.dyn, self.mixer, batch, self.gen)
         else:
             stage, steps = "rollout", cfg.rollout_length(self.step - cfg.teacher_steps)
-            picks = self.data.sample(self.gen, cfg.rollout_batch, steps)
+            picks = self.data.sample(self.gen, cfg.rollout_batch, steps, *self.synthetic_share)
             batch = self.data.make_batch(picks, steps)
             jitter(cfg, self.mixer, batch, self.gen)
             noise = torch.randn(batch.q0.shape, generator=self.gen) * cfg.init_noise
@@ -411,7 +440,8 @@ class Trainer:
                          "preset": self.cfg.preset, "parameters": count_parameters(self.net),
                          "config": asdict(self.cfg)},
             "training_data": {"train_files": [str(p) for p in self.train_paths],
-                              "val_files": [str(p) for p in self.val_paths]},
+                              "val_files": [str(p) for p in self.val_paths],
+                              "synthetic_files": [str(p) for p in self.synthetic_paths]},
             "metrics": metrics,
         }
         path = self.out / "final.pt"

@@ -102,3 +102,29 @@ def test_missing_data_is_a_clear_error(tmp_path):
     from na_inference.train import main
 
     assert main(["--nad-dir", str(tmp_path / "nowhere"), "--out-dir", str(tmp_path / "out")]) == 2
+
+
+def test_synthetic_pool_supplies_its_share_of_every_batch():
+    from na_inference.train import Dataset
+
+    class Stub:  # only the length matters to the sampler
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def __len__(self) -> int:
+            return self.n
+
+    data = Dataset.__new__(Dataset)
+    data.trajs = [Stub(50)] * 3 + [Stub(80)] * 5   # 3 real, 5 synthetic
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        picks = data.sample(gen, 16, 4, extra=5, extra_fraction=0.25)
+        kinds = [k >= 3 for k, _ in picks]
+        assert sum(kinds) == 4
+        assert all(s >= 1 and s + 4 < (80 if k >= 3 else 50) for k, s in picks)
+    assert {k for k, _ in data.sample(gen, 400, 4)} == set(range(8))  # no pool given: one uniform pool
+
+
+def test_synthetic_fraction_out_of_range_is_refused(nad_dir, tmp_path):
+    with pytest.raises(ValueError, match="synthetic_fraction"):
+        Trainer(tiny_config(nad_dir, tmp_path, synthetic_dir=str(nad_dir), synthetic_fraction=1.5))
