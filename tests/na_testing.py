@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# ``na-sim-dataset`` as a command line that needs no installed console script (append its arguments).
+NA_SIM_DATASET = [sys.executable, "-c", "from na_sim.cli import dataset_main; raise SystemExit(dataset_main())"]
 
 
 def nad_root() -> Path | None:

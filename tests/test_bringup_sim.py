@@ -20,6 +20,7 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 from visualization_msgs.msg import Marker  # noqa: E402
 
+from na_inference.node import make_executor  # noqa: E402
 from na_msgs.msg import ActuatorState, ExternalForceEstimate, MotorCondition  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
@@ -55,15 +56,6 @@ def so101_model(tmp_path_factory) -> Path:
     return path
 
 
-def _fast_executor():
-    """rclpy's EventsExecutor where available (a fraction of the per-message cost), else the default."""
-    try:
-        from rclpy.experimental import EventsExecutor
-    except ImportError:
-        from rclpy.executors import SingleThreadedExecutor as EventsExecutor
-    return EventsExecutor()
-
-
 def _children(pid: int) -> list[int]:
     kids = []
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -84,7 +76,7 @@ def test_bringup_sim_publishes_every_topic_and_stops_cleanly(processes, so101_mo
     for topic, (msg_type, _) in TOPICS.items():
         node.create_subscription(msg_type, topic, lambda _m, t=topic: arrivals[t].append(time.monotonic()),
                                  10 if topic == "/diagnostics" else qos)
-    executor = _fast_executor()
+    executor = make_executor()   # the runtime's own choice: EventsExecutor where rclpy has it
     executor.add_node(node)
     listening = threading.Event()
     listening.set()

@@ -4,9 +4,9 @@ are, normalization stays the real arm's, and the run records which synthetic fil
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import numpy as np
+from na_testing import NA_SIM_DATASET
 
 from na_inference.model import load_checkpoint
 from na_inference.train import TrainConfig, Trainer
@@ -14,9 +14,9 @@ from na_inference.train import TrainConfig, Trainer
 
 def test_training_mixes_simulated_episodes_into_real_batches(nad_dir, tmp_path):
     synthetic = tmp_path / "synthetic"
-    made = subprocess.run([sys.executable, "-c", "from na_sim.cli import dataset_main; raise SystemExit(dataset_main())", "--robot", "so101", "--episodes", "2",
-                           "--seed", "3", "--out", str(synthetic), "--scenarios", "go_up_and_stay",
-                           "--duration", "3", "--no-progress"], capture_output=True, text=True, timeout=300)
+    made = subprocess.run([*NA_SIM_DATASET, "--robot", "so101", "--episodes", "2", "--seed", "3",
+                           "--out", str(synthetic), "--scenarios", "go_up_and_stay", "--duration", "3",
+                           "--no-progress"], capture_output=True, text=True, timeout=300)
     assert made.returncode == 0, made.stdout + made.stderr
     common = dict(nad_dir=str(nad_dir), max_files=1, max_rows=160, teacher_steps=4, teacher_batch=8,
                   rollout_steps=2, rollout_batch=4, curriculum="3:0", warmup=1, validate=False,

@@ -340,7 +340,7 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
             "sampler_rng": self.gen.get_state(),
             "train_files": [str(p) for p in self.train_paths], "val_files": [str(p) for p in self.val_paths],
-            "synthetic_files": len(self.synthetic_paths),
+            "synthetic_files": [str(p) for p in self.synthetic_paths],
         }
 
     def save(self, path: Path) -> None:

@@ -7,12 +7,11 @@ import subprocess
 import sys
 
 import pytest
-from na_testing import wait_until
+from na_testing import NA_SIM_DATASET, wait_until
 
 from na_description.robot_table import load_robot
 
 BUS = [sys.executable, "-c", "from na_sim.cli import bus_main; raise SystemExit(bus_main())"]
-DATASET = [sys.executable, "-c", "from na_sim.cli import dataset_main; raise SystemExit(dataset_main())"]
 
 
 def first_line(proc: subprocess.Popen, timeout: float = 30.0) -> str:
@@ -90,14 +89,14 @@ def test_bus_rejects_bad_arguments():
 
 def test_dataset_command_writes_nad_episodes(tmp_path):
     out = tmp_path / "synthetic"
-    result = subprocess.run([*DATASET, "--robot", "so101", "--episodes", "2", "--seed", "3", "--out", str(out),
+    result = subprocess.run([*NA_SIM_DATASET, "--robot", "so101", "--episodes", "2", "--seed", "3", "--out", str(out),
                              "--scenarios", "idle,push", "--duration", "2", "--no-progress"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "wrote 2 episodes" in result.stdout and "x real time" in result.stdout
     files = sorted(out.rglob("*.csv"))
     assert [f.parent.parent.name for f in files] == ["idle", "push"]
-    bad = subprocess.run([*DATASET, "--episodes", "1", "--out", str(out), "--scenarios", "juggle"],
+    bad = subprocess.run([*NA_SIM_DATASET, "--episodes", "1", "--out", str(out), "--scenarios", "juggle"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "juggle" in bad.stderr
 
