@@ -20,7 +20,7 @@ def test_training_mixes_simulated_episodes_into_real_batches(nad_dir, tmp_path):
     assert made.returncode == 0, made.stdout + made.stderr
     common = dict(nad_dir=str(nad_dir), max_files=1, max_rows=160, teacher_steps=4, teacher_batch=8,
                   rollout_steps=2, rollout_batch=4, curriculum="3:0", warmup=1, validate=False,
-                  checkpoint_every=0, log_every=1)
+                  checkpoint_every=0, log_every=1, compile_simulator=False)
     real_only = Trainer(TrainConfig(out_dir=str(tmp_path / "real"), **common))
     mixed = Trainer(TrainConfig(out_dir=str(tmp_path / "mixed"), synthetic_dir=str(synthetic),
                                 synthetic_fraction=0.5, **common))

@@ -3,24 +3,26 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from runtime_models import exported_model
+from na_inference.export import export_onnx
+from na_inference.features import default_spec
+from na_inference.model import ModelConfig, NeuralActuatorNet
 
 pytestmark = pytest.mark.ros
 
 
 def test_bench_measures_per_step_and_end_to_end(tmp_path):
-    path, torch_model = exported_model("so101")
+    # na-bench times torch eager against ONNX Runtime, so it needs a real exported network (small preset).
+    spec = default_spec("so101")
+    torch.manual_seed(0)
+    net = NeuralActuatorNet(ModelConfig.preset("small", spec.n_features, spec.n_joints)).eval()
     models = tmp_path / "models"
-    models.mkdir()
-    shutil.copy(path, models / "so101.onnx")
+    export_onnx(net, spec, models / "so101.onnx", {"training_data": "random weights (test)"})
     out = tmp_path / "bench.json"
     result = subprocess.run(
         [sys.executable, "-m", "na_inference.bench", "--models", str(models), "--steps", "200", "--warmup", "20", "--paced-steps", "20",
@@ -32,7 +34,7 @@ def test_bench_measures_per_step_and_end_to_end(tmp_path):
     assert out.with_suffix(".png").stat().st_size > 10_000  # latency distributions plotted next to the JSON
     (step,) = report["per_step"]
     # the eager network was rebuilt with the ONNX model's architecture: same parameter count
-    assert step["parameters"] == sum(p.numel() for p in torch_model.net.parameters())
+    assert step["parameters"] == sum(p.numel() for p in net.parameters())
     for key in ("engine_step", "onnxruntime", "torch_eager"):
         assert step[key]["n"] == 200 and 0 < step[key]["p50_ms"] <= step[key]["p99_ms"] <= step[key]["max_ms"]
     assert step["torch_over_ort_p50"] > 0

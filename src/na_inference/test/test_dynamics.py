@@ -154,3 +154,33 @@ def test_locked_joints_outside_the_table_stay_at_their_reference():
         full = np.zeros((6, 6))
         mujoco.mj_fullM(model, data, full)
         np.testing.assert_allclose(mass[k], full[:5, :5], atol=TOL)
+
+
+def test_compiled_substeps_match_eager_values_and_gradients_for_any_batch():
+    """The training path (torch.compile'd substeps, float32) must simulate exactly what the eager path does."""
+    eager = RigidBodyDynamics.for_robot("so101", dtype=torch.float32)
+    compiled = RigidBodyDynamics.for_robot("so101", dtype=torch.float32)
+    if not compiled.compile_substeps():
+        pytest.skip("no C++ compiler on PATH: torch.compile cannot build the substep")
+    gen = torch.Generator().manual_seed(3)
+    for batch in (5, 3):  # one compilation serves every batch size (training 16/256, validation 6)
+        q0 = (torch.rand(batch, 6, generator=gen) - 0.5).requires_grad_()
+        qd0 = torch.randn(batch, 6, generator=gen).requires_grad_()
+        tau = torch.randn(batch, 6, generator=gen).requires_grad_()
+        results = []
+        for dyn in (eager, compiled):
+            q, qd = dyn.step(q0, qd0, tau, 0.016, 5)
+            q, qd = dyn.step(q, qd, tau, 0.016, 5)
+            grads = torch.autograd.grad((q ** 2).sum() + qd.sum(), (q0, qd0, tau))
+            results.append((q, qd, *grads))
+        assert results[1][0].abs().sum() > 0
+        for a, b in zip(*results):
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+
+
+def test_without_a_compiler_the_substeps_stay_eager(monkeypatch):
+    monkeypatch.setattr("na_inference.dynamics.shutil.which", lambda name: None)
+    dyn = RigidBodyDynamics.for_robot("so101", dtype=torch.float32)
+    assert dyn.compile_substeps() is False
+    q, qd = dyn.step(torch.zeros(2, 6), torch.zeros(2, 6), torch.zeros(2, 6), 0.016, 5)
+    assert torch.isfinite(q).all() and torch.isfinite(qd).all()

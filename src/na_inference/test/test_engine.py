@@ -1,4 +1,5 @@
-"""The ONNX Runtime engine against the torch model, its rate handling and its bad-input behaviour."""
+"""The ONNX Runtime engine against an offline computation of the same network, its rate handling and its
+bad-input behaviour. numpy and ONNX Runtime only, like the runtime itself (ORT == torch: test_export.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from runtime_models import exported_model, shipped_model
+from runtime_models import contract_model, shipped_model
 
 from na_description.robot_table import load_robot
 from na_inference.contract import ModelContractError
@@ -34,15 +35,6 @@ def _rows(traj, quantities):
     return [{q: traj.quantities[q][i] for q in quantities} for i in range(len(traj.time))]
 
 
-def _torch_outputs(model, windows: np.ndarray) -> dict[str, np.ndarray]:
-    import torch
-
-    with torch.no_grad():
-        torque, force, gate, condition = model(torch.from_numpy(windows))
-    return {"torque": torque.numpy(), "force": force.numpy(), "contact_probability": gate.numpy(),
-            "condition": condition.numpy()}
-
-
 def _assert_output_matches(out, expected: dict[str, np.ndarray], row: int) -> None:
     np.testing.assert_allclose(out.torque, expected["torque"][row], atol=TOLERANCE, rtol=0)
     np.testing.assert_allclose(out.force, expected["force"][row], atol=TOLERANCE, rtol=0)
@@ -52,7 +44,7 @@ def _assert_output_matches(out, expected: dict[str, np.ndarray], row: int) -> No
 
 @pytest.fixture(scope="module")
 def so101_model():
-    return exported_model("so101")
+    return contract_model("so101")
 
 
 @pytest.fixture
@@ -62,11 +54,12 @@ def nad_trajectory(nad_dir):
     return load_trajectory(paths[0])
 
 
-def test_engine_equals_torch_on_nad_trajectory_on_the_model_grid(so101_model, nad_trajectory):
-    path, torch_model = so101_model
-    engine = InferenceEngine(path, "so101")
+def test_engine_streaming_equals_the_network_on_offline_windows(so101_model, nad_trajectory):
+    """Sample by sample on the model grid, the engine gives what the network gives on the trajectory's windows
+    built offline by the shared feature pipeline (start-up padding included)."""
+    engine = InferenceEngine(so101_model.path, "so101")
     spec = engine.spec
-    expected = _torch_outputs(torch_model, spec.windows(spec.frames(nad_trajectory)))
+    expected = so101_model.outputs(spec.windows(spec.frames(nad_trajectory)))
     outputs = []
     for i, sample in enumerate(_rows(nad_trajectory, engine.quantities)):
         result = engine.step(100.0 + i * spec.dt, sample)
@@ -83,14 +76,13 @@ def test_engine_equals_torch_on_nad_trajectory_on_the_model_grid(so101_model, na
 
 def test_engine_resamples_recorded_nad_stamps_onto_the_model_grid(so101_model, nad_trajectory):
     """NAD stamps jitter (13-19 ms for a 16.05 ms model step): the engine interpolates onto the grid."""
-    path, torch_model = so101_model
-    engine = InferenceEngine(path, "so101")
+    engine = InferenceEngine(so101_model.path, "so101")
     spec = engine.spec
     stamps = nad_trajectory.time
     frames = spec.frames(nad_trajectory).astype(np.float64)
     grid = np.arange(stamps[0], stamps[-1] + 1e-9, spec.dt)
     resampled = np.stack([np.interp(grid, stamps, frames[:, f]) for f in range(spec.n_features)], axis=1)
-    expected = _torch_outputs(torch_model, spec.windows(resampled.astype(np.float32)))
+    expected = so101_model.outputs(spec.windows(resampled.astype(np.float32)))
     compared = 0
     for stamp, sample in zip(stamps, _rows(nad_trajectory, engine.quantities)):
         result = engine.step(float(stamp), sample)
@@ -107,7 +99,7 @@ def test_engine_resamples_recorded_nad_stamps_onto_the_model_grid(so101_model, n
 
 def test_fast_telemetry_is_decimated_onto_the_grid_by_interpolation(so101_model):
     """1 kHz telemetry of a linear ramp: one inference per model step, history frames exactly on the grid."""
-    path, _ = so101_model
+    path = so101_model.path
     engine = InferenceEngine(path, "so101")
     spec = engine.spec
     t0, rate, seconds = 5.0, 1000.0, 1.0
@@ -128,7 +120,7 @@ def test_fast_telemetry_is_decimated_onto_the_grid_by_interpolation(so101_model)
 
 
 def test_bad_samples_are_dropped_or_reset_without_crashing(so101_model):
-    path, _ = so101_model
+    path = so101_model.path
     engine = InferenceEngine(path, "so101", max_gap_dt=5.0)
     dt = engine.dt
     good = {q: np.full(engine.spec.n_joints, 0.1) for q in engine.quantities}
@@ -162,7 +154,7 @@ def test_bad_samples_are_dropped_or_reset_without_crashing(so101_model):
 
 
 def test_model_for_another_robot_is_rejected_with_a_clear_message():
-    omx_path, _ = exported_model("omx")
+    omx_path = contract_model("omx").path
     with pytest.raises(ModelContractError, match="model is for robot omx, this node drives so101"):
         InferenceEngine(omx_path, "so101")
     assert InferenceEngine(omx_path, "omx").spec.robot == "omx"
@@ -180,7 +172,7 @@ def test_missing_and_corrupt_model_files_fail_at_start(tmp_path):
 def test_model_without_contract_metadata_is_rejected(tmp_path, so101_model):
     import onnx
 
-    model = onnx.load(str(so101_model[0]))
+    model = onnx.load(str(so101_model.path))
     del model.metadata_props[:]
     bare = tmp_path / "bare.onnx"
     onnx.save(model, str(bare))
@@ -205,10 +197,15 @@ def test_default_model_path_is_the_robot_tables_file_in_the_checkout():
     assert resolve_model_path(robot, "/x/y.onnx") == Path("/x/y.onnx")
 
 
-def test_runtime_modules_do_not_import_torch():
-    code = ("import sys, na_inference.engine, na_inference.node, na_inference.monitor, na_inference.kinematics;"
+def test_runtime_modules_and_their_tests_do_not_import_torch():
+    """The node's modules, and these runtime tests' model fixtures, work in an install without torch."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]);"
+            "import na_inference.engine, na_inference.node, na_inference.monitor, na_inference.kinematics;"
+            "import runtime_models; m = runtime_models.contract_model('so101');"
+            "na_inference.engine.InferenceEngine(m.path, 'so101');"
             "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]; print(bad); assert not bad")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent)], capture_output=True,
+                            text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -219,7 +216,7 @@ def test_omx_aperture_is_derived_from_the_gripper_angle_as_recorded(nad_dir):
     derived = np.array([derived_telemetry(robot, {"position": q}, ["aperture"])["aperture"][0]
                         for q in traj.quantities["position"]])
     np.testing.assert_allclose(derived, traj.quantities["aperture"].reshape(-1), atol=0.01)  # mm
-    engine = InferenceEngine(exported_model("omx")[0], robot)
+    engine = InferenceEngine(contract_model("omx").path, robot)
     assert "aperture" in engine.quantities
     outputs = 0
     for i, t in enumerate(traj.time):

@@ -21,7 +21,8 @@ from na_inference.train import TrainConfig, Trainer, learning_rate
 def tiny_config(nad_dir, out_dir, **overrides) -> TrainConfig:
     values = dict(nad_dir=str(nad_dir), out_dir=str(out_dir), max_files=1, max_rows=160, teacher_steps=6,
                   teacher_batch=16, rollout_steps=4, rollout_batch=4, curriculum="3:0,5:2", warmup=2,
-                  validate=False, checkpoint_every=0, log_every=1, lr=3e-3)
+                  validate=False, checkpoint_every=0, log_every=1, lr=3e-3,
+                  compile_simulator=False)  # eager: a tiny run would spend its time compiling
     values.update(overrides)
     return TrainConfig(**values)
 
@@ -59,6 +60,13 @@ def test_resume_refuses_a_checkpoint_of_another_model(nad_dir, tmp_path):
     other = Trainer(tiny_config(nad_dir, tmp_path / "c", preset="reference"))
     with pytest.raises(ValueError, match="another model size"):
         other.restore(tmp_path / "a" / "last.pt")
+
+
+def test_resume_refuses_a_checkpoint_trained_with_other_synthetic_episodes(nad_dir, tmp_path):
+    Trainer(tiny_config(nad_dir, tmp_path / "a", synthetic_dir=str(nad_dir), synthetic_fraction=0.25)).run(until=1)
+    real_only = Trainer(tiny_config(nad_dir, tmp_path / "b"))
+    with pytest.raises(ValueError, match="other synthetic episodes"):
+        real_only.restore(tmp_path / "a" / "last.pt")
 
 
 def test_rollout_inputs_mix_simulated_state_into_recorded_frames():
