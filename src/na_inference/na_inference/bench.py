@@ -156,8 +156,8 @@ def _metadata(path: Path) -> dict[str, str]:
     return dict(session.get_modelmeta().custom_metadata_map)
 
 
-def export_reference_model(folder: Path, robot: str = "so101") -> Path:
-    """A reference-size network with random weights, exported through the project's exporter."""
+def export_random_model(folder: Path, robot: str = "so101", preset: str = "reference") -> Path:
+    """A ``preset``-size network with random weights, exported through the project's exporter."""
     import torch
 
     from na_inference.export import export_onnx
@@ -166,9 +166,9 @@ def export_reference_model(folder: Path, robot: str = "so101") -> Path:
 
     spec = default_spec(robot)
     torch.manual_seed(0)
-    net = NeuralActuatorNet(ModelConfig.preset("reference", spec.n_features, spec.n_joints)).eval()
-    path = folder / f"{robot}_reference_random.onnx"
-    export_onnx(net, spec, path, {"training_data": "none (random weights, benchmark only)", "preset": "reference"})
+    net = NeuralActuatorNet(ModelConfig.preset(preset, spec.n_features, spec.n_joints)).eval()
+    path = folder / f"{robot}_{preset}_random.onnx"
+    export_onnx(net, spec, path, {"training_data": "none (random weights, benchmark only)", "preset": preset})
     return path
 
 
@@ -454,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="na_bench_") as tmp:
         if args.reference or not models:
             print("exporting a reference-size model with random weights ...", file=sys.stderr)
-            models.append(export_reference_model(Path(tmp), args.robot))
+            models.append(export_random_model(Path(tmp), args.robot))
         report: dict[str, Any] = {
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, load average "
                        f"{', '.join(f'{v:.2f}' for v in os.getloadavg())} at start, python {platform.python_version()}",

@@ -49,7 +49,6 @@ class ContractModel:
     """A random one-hidden-layer network over the whole window, as an ONNX file and in numpy."""
 
     path: Path
-    spec: FeatureSpec
     weights: dict[str, np.ndarray]
 
     def outputs(self, windows: np.ndarray) -> dict[str, np.ndarray]:
@@ -116,7 +115,7 @@ def contract_model(robot: str = "so101", seed: int = 0) -> ContractModel:
     weights = _weights(spec, seed)
     path = _TMP / f"{robot}_{seed}.onnx"
     onnx.save_model(_graph(spec, weights), str(path))
-    return ContractModel(path, spec, {k: v.astype(np.float64) for k, v in weights.items()})
+    return ContractModel(path, {k: v.astype(np.float64) for k, v in weights.items()})
 
 
 def shipped_model(robot: str = "so101") -> Path | None:

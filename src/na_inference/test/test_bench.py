@@ -7,22 +7,22 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
-from na_inference.export import export_onnx
+from na_inference.bench import export_random_model
 from na_inference.features import default_spec
-from na_inference.model import ModelConfig, NeuralActuatorNet
+from na_inference.model import ModelConfig, NeuralActuatorNet, count_parameters
 
 pytestmark = pytest.mark.ros
 
 
 def test_bench_measures_per_step_and_end_to_end(tmp_path):
     # na-bench times torch eager against ONNX Runtime, so it needs a real exported network (small preset).
-    spec = default_spec("so101")
-    torch.manual_seed(0)
-    net = NeuralActuatorNet(ModelConfig.preset("small", spec.n_features, spec.n_joints)).eval()
     models = tmp_path / "models"
-    export_onnx(net, spec, models / "so101.onnx", {"training_data": "random weights (test)"})
+    models.mkdir()
+    export_random_model(models, "so101", "small")
+    spec = default_spec("so101")
+    exported_parameters = count_parameters(NeuralActuatorNet(ModelConfig.preset("small", spec.n_features,
+                                                                                spec.n_joints)))
     out = tmp_path / "bench.json"
     result = subprocess.run(
         [sys.executable, "-m", "na_inference.bench", "--models", str(models), "--steps", "200", "--warmup", "20", "--paced-steps", "20",
@@ -34,7 +34,7 @@ def test_bench_measures_per_step_and_end_to_end(tmp_path):
     assert out.with_suffix(".png").stat().st_size > 10_000  # latency distributions plotted next to the JSON
     (step,) = report["per_step"]
     # the eager network was rebuilt with the ONNX model's architecture: same parameter count
-    assert step["parameters"] == sum(p.numel() for p in net.parameters())
+    assert step["parameters"] == exported_parameters
     for key in ("engine_step", "onnxruntime", "torch_eager"):
         assert step[key]["n"] == 200 and 0 < step[key]["p50_ms"] <= step[key]["p99_ms"] <= step[key]["max_ms"]
     assert step["torch_over_ort_p50"] > 0
