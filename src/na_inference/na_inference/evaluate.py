@@ -226,18 +226,33 @@ def plot(out_dir: Path, trajs: list[Trajectory], names: list[str], force_series:
     return written
 
 
-def select_files(nad_dir: Path, robot: str, split: str) -> tuple[list[Path], list[Path]]:
+def select_files(nad_dir: Path, robot: str, split: str, fold: int = -1) -> tuple[list[Path], list[Path]]:
     """(training files for the baselines, evaluation files). ``holdout``: one file per task held out of
-    the train split (as na-train does); ``validation``/``test``: the release's own split."""
+    the train split (file ``fold`` of each task, -1 the last, as na-train does); ``validation``/``test``:
+    the release's own split."""
     train_all = find_trajectories(nad_dir, robot, split="train")
     if split == "holdout":
-        return holdout_split(train_all)
+        return holdout_split(train_all, fold=fold)
     return train_all, find_trajectories(nad_dir, robot, split=split)
+
+
+def holdout_fold(requested: int | None, checkpoint: Path | None) -> int:
+    """The cross-validation fold to evaluate: the checkpoint's own unless asked; a different one is an
+    error, because the model would be scored on files it trained on."""
+    trained = None
+    if checkpoint is not None:
+        extra = load_checkpoint(checkpoint)[3]
+        trained = int(extra.get("training", {}).get("config", {}).get("holdout_fold", -1))
+    if requested is not None and trained is not None and requested != trained:
+        raise ValueError(f"--holdout-fold {requested}, but {checkpoint} was trained with holdout fold "
+                         f"{trained}: it would be evaluated on its own training files")
+    return requested if requested is not None else (trained if trained is not None else -1)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     robot = args.robot
-    train_paths, eval_paths = select_files(args.nad_dir, robot, args.split)
+    fold = holdout_fold(args.holdout_fold, args.checkpoint) if args.split == "holdout" else -1
+    train_paths, eval_paths = select_files(args.nad_dir, robot, args.split, fold)
     trajs = [load_trajectory(p, robot) for p in eval_paths]
     names = ["/".join(p.parts[-4:]) for p in eval_paths]
     train = [load_trajectory(p, robot) for p in train_paths]
@@ -265,7 +280,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if not per_traj:
         raise ValueError("nothing to evaluate: give --checkpoint and/or --model, or --baselines")
     summary = {
-        "robot": robot, "split": args.split, "files": [str(p) for p in eval_paths],
+        "robot": robot, "split": args.split, "holdout_fold": fold, "files": [str(p) for p in eval_paths],
         "baseline_training_files": [str(p) for p in train_paths],
         "protocol": {"prefixes": list(PREFIXES), "force_all": "MAE over all frames and 3 axes, -999 read as 0",
                      "force_z": "MAE over labelled frames, z axis", "gate_threshold": GATE_PROBABILITY,
@@ -294,7 +309,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--robot", default="so101")
     parser.add_argument("--nad-dir", type=Path, default=Path("../shared/nad"), help="NAD release or subset folder")
     parser.add_argument("--split", default="holdout", choices=("holdout", "validation", "test"),
-                        help="holdout = last train file per task (as na-train holds out)")
+                        help="holdout = one train file per task (as na-train holds out)")
+    parser.add_argument("--holdout-fold", type=int,
+                        help="which train file of each task is held out (-1 the last; default: as the "
+                             "checkpoint was trained, else -1)")
     parser.add_argument("--checkpoint", type=Path, help="final.pt from na-train (rollout protocol)")
     parser.add_argument("--model", type=Path, help="exported ONNX model (deployment mode)")
     parser.add_argument("--baselines", action=argparse.BooleanOptionalAction, default=True)

@@ -359,12 +359,15 @@ def find_trajectories(root: str | os.PathLike, robot: str, split: str | None = "
     return sorted(found)
 
 
-def holdout_split(paths: Iterable[str | os.PathLike], per_task: int = 1) -> tuple[list[Path], list[Path]]:
-    """(train, validation): the last ``per_task`` files (sorted) of every task folder go to validation.
+def holdout_split(paths: Iterable[str | os.PathLike], per_task: int = 1,
+                  fold: int = -1) -> tuple[list[Path], list[Path]]:
+    """(train, validation): ``per_task`` files (sorted) of every task folder go to validation.
 
     A task folder is the folder holding the split folder (so101/pick_and_place/300g is one task of the
-    six-task SO-101 protocol). A task with no more than ``per_task`` files stays in train whole, so no
-    task disappears from training.
+    six-task SO-101 protocol). ``fold`` picks which block of ``per_task`` files is held out, for
+    cross-validation: -1 (default) the last block, k >= 0 the files k*per_task .. (k+1)*per_task - 1.
+    A task with no more than ``per_task`` files stays in train whole, so no task disappears from
+    training.
     """
     groups: dict[Path, list[Path]] = {}
     for p in sorted(Path(p) for p in paths):
@@ -372,12 +375,16 @@ def holdout_split(paths: Iterable[str | os.PathLike], per_task: int = 1) -> tupl
         groups.setdefault(key, []).append(p)
     train: list[Path] = []
     val: list[Path] = []
-    for files in groups.values():
-        if per_task > 0 and len(files) > per_task:
-            train.extend(files[:-per_task])
-            val.extend(files[-per_task:])
-        else:
+    for task, files in groups.items():
+        if per_task <= 0 or len(files) <= per_task:
             train.extend(files)
+            continue
+        start = len(files) - per_task if fold < 0 else fold * per_task
+        if start + per_task > len(files):
+            raise ValueError(f"holdout fold {fold} needs {start + per_task} files per task; "
+                             f"{task} has {len(files)}")
+        val.extend(files[start:start + per_task])
+        train.extend(files[:start] + files[start + per_task:])
     return sorted(train), sorted(val)
 
 

@@ -38,7 +38,7 @@ from tqdm import tqdm
 from na_description.robot_table import load_robot
 
 from .dynamics import RigidBodyDynamics
-from .features import default_spec, fit_normalization
+from .features import FeatureSpec, default_spec, fit_normalization
 from .model import ModelConfig, NeuralActuatorNet, count_parameters, load_checkpoint, save_checkpoint
 from .nad import find_trajectories, holdout_split, load_trajectory
 from .rollout import FeatureMixer, PreparedTrajectory, RolloutOutput, prepare, protocol_rollouts, rollout
@@ -57,6 +57,7 @@ class TrainConfig:
     seed: int = 0
     threads: int = 1
     holdout_per_task: int = 1
+    holdout_fold: int = -1             # which file of each task is held out (-1 last; 0, 1, ... for cross-validation)
     max_files: int = 0                 # 0 = all training files (tests use 1)
     max_rows: int = 0                  # 0 = whole trajectories (tests use a short prefix)
     teacher_steps: int = 1500
@@ -68,6 +69,7 @@ class TrainConfig:
     init_noise: float = 0.02           # rad on the initial q of a rollout (reference 0.05)
     jitter_temperature: float = 0.0    # deg C: per-window uniform offset on temperature (breaks trial shortcuts)
     jitter_voltage: float = 0.0        # V: per-window uniform offset on voltage
+    quantities: str = ""               # comma-separated feature quantities ("" = the robot's default set)
     substeps: int = 5
     compile_simulator: bool = True     # torch.compile the simulator substep (~3x faster simulator; see README)
     apply_force: bool = False          # apply the predicted force at the grasp site (J^T f) in the simulator
@@ -183,9 +185,15 @@ class Dataset:
                      t(cond) if has_condition else None, t(cmask) if has_condition else None)
 
 
+def feature_spec(cfg: TrainConfig) -> FeatureSpec:
+    """The un-normalized feature spec of a run: the robot's default quantities unless --quantities names others."""
+    chosen = tuple(q.strip() for q in cfg.quantities.split(",") if q.strip())
+    return default_spec(cfg.robot, quantities=chosen or None)
+
+
 def load_datasets(cfg: TrainConfig) -> tuple[list[Path], list[Path]]:
     paths = find_trajectories(cfg.nad_dir, cfg.robot, split="train")
-    train, val = holdout_split(paths, cfg.holdout_per_task)
+    train, val = holdout_split(paths, cfg.holdout_per_task, cfg.holdout_fold)
     if cfg.max_files:
         train = train[:cfg.max_files]
     return train, val
@@ -320,7 +328,7 @@ class Trainer:
         torch.set_num_threads(cfg.threads)
         self.train_paths, self.val_paths = load_datasets(cfg)
         self.synthetic_paths = synthetic_paths(cfg)
-        base = default_spec(cfg.robot)
+        base = feature_spec(cfg)
         raw = read_prepared(self.train_paths, base, cfg.robot, cfg.max_rows)
         # Normalization comes from the real arm only: the deployed model sees real telemetry.
         self.spec = fit_normalization(base, [t.frames for t in raw])
@@ -481,7 +489,7 @@ def benchmark(cfg: TrainConfig, repeats: int = 5) -> dict[str, float]:
             fn()
         return 1e3 * (time.perf_counter() - start) / repeats
 
-    spec = default_spec(cfg.robot)
+    spec = feature_spec(cfg)
     simulators = {"sim_step": RigidBodyDynamics.for_robot(cfg.robot, dtype=torch.float32)}
     if cfg.compile_simulator:
         compiled = RigidBodyDynamics.for_robot(cfg.robot, dtype=torch.float32)

@@ -120,3 +120,20 @@ def test_na_eval_end_to_end(toy, tmp_path):
 
 def test_na_eval_reports_missing_inputs(tmp_path):
     assert main(["--nad-dir", str(tmp_path), "--out-dir", str(tmp_path / "o")]) == 2
+
+
+def test_na_eval_holds_out_the_checkpoints_cross_validation_fold(toy, tmp_path, capsys):
+    """A checkpoint trained with --holdout-fold 0 is scored on the first file of each task, and asking
+    for another fold is refused (it would score the model on its own training files)."""
+    checkpoint = tmp_path / "fold0.pt"
+    save_checkpoint(checkpoint, toy["net"], toy["net"].config, toy["spec"],
+                    {"training": {"config": {"holdout_fold": 0}}})
+    out = tmp_path / "eval"
+    assert main(["--nad-dir", str(toy["nad"]), "--checkpoint", str(checkpoint), "--no-baselines",
+                 "--out-dir", str(out)]) == 0
+    summary = json.loads((out / "metrics.json").read_text())
+    assert summary["holdout_fold"] == 0
+    assert [Path(f).name for f in summary["files"]] == ["001.csv", "001.csv"]
+    assert main(["--nad-dir", str(toy["nad"]), "--checkpoint", str(checkpoint), "--holdout-fold", "1",
+                 "--out-dir", str(tmp_path / "refused")]) == 2
+    assert "trained with holdout fold 0" in capsys.readouterr().err

@@ -167,6 +167,11 @@ def test_find_and_split(nad_dir: Path, tmp_path: Path) -> None:
     assert len(files) == 18
     train, val = holdout_split(files)
     assert len(train) == 12 and len(val) == 6 and all(p.name == "003.csv" for p in val)
+    train0, val0 = holdout_split(files, fold=0)
+    assert [p.name for p in val0] == ["001.csv"] * 6 and sorted(train0 + val0) == files
+    assert not set(train0) & set(val0)
+    with pytest.raises(ValueError, match="holdout fold 3 needs 4 files per task"):
+        holdout_split(files, fold=3)
     assert len(find_trajectories(nad_dir, "omx")) == 7
     with pytest.raises(FileNotFoundError, match="no so101 NAD files"):
         find_trajectories(tmp_path, "so101")

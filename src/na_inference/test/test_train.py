@@ -136,3 +136,16 @@ def test_synthetic_pool_supplies_its_share_of_every_batch():
 def test_synthetic_fraction_out_of_range_is_refused(nad_dir, tmp_path):
     with pytest.raises(ValueError, match="synthetic_fraction"):
         Trainer(tiny_config(nad_dir, tmp_path, synthetic_dir=str(nad_dir), synthetic_fraction=1.5))
+
+
+def test_feature_quantities_and_holdout_fold_reach_the_checkpoint(nad_dir, tmp_path):
+    """--quantities trains on a subset of the telemetry and --holdout-fold picks the validation files;
+    final.pt carries both, so na-export and na-eval see what the run used."""
+    cfg = tiny_config(nad_dir, tmp_path, teacher_steps=2, rollout_steps=0, holdout_fold=0,
+                      quantities="goal_position, position,load,velocity,position_error")
+    Trainer(cfg).run()
+    net, config, spec, extra = load_checkpoint(tmp_path / "final.pt")
+    assert spec.quantities == ("goal_position", "position", "load", "velocity", "position_error")
+    assert spec.n_features == config.n_features == 5 * 6
+    assert [p.rsplit("/", 1)[1] for p in extra["training_data"]["val_files"]] == ["001.csv"] * 6
+    assert extra["training"]["config"]["holdout_fold"] == 0
