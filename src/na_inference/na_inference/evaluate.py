@@ -236,22 +236,37 @@ def select_files(nad_dir: Path, robot: str, split: str, fold: int = -1) -> tuple
     return train_all, find_trajectories(nad_dir, robot, split=split)
 
 
-def holdout_fold(requested: int | None, checkpoint: Path | None) -> int:
-    """The cross-validation fold to evaluate: the checkpoint's own unless asked; a different one is an
-    error, because the model would be scored on files it trained on."""
-    trained = None
+def trained_holdout_fold(checkpoint: Path | None = None, model: Path | None = None) -> int | None:
+    """The holdout fold a checkpoint or an exported model was trained with (None: nothing to read)."""
     if checkpoint is not None:
-        extra = load_checkpoint(checkpoint)[3]
-        trained = int(extra.get("training", {}).get("config", {}).get("holdout_fold", -1))
-    if requested is not None and trained is not None and requested != trained:
-        raise ValueError(f"--holdout-fold {requested}, but {checkpoint} was trained with holdout fold "
-                         f"{trained}: it would be evaluated on its own training files")
-    return requested if requested is not None else (trained if trained is not None else -1)
+        config = load_checkpoint(checkpoint)[3].get("training", {}).get("config", {})
+    elif model is not None and model.is_file():
+        import onnx  # the model's metadata only; the weights are not needed
+
+        props = {p.key: p.value for p in onnx.load(str(model), load_external_data=False).metadata_props}
+        config = json.loads(props.get("training", "{}")).get("config", {})
+    else:
+        return None
+    return int(config.get("holdout_fold", -1))
+
+
+def holdout_fold(requested: int | None, checkpoint: Path | None, model: Path | None = None) -> int:
+    """The cross-validation fold to evaluate: the one the checkpoint and the model were trained with,
+    unless asked. Any disagreement is an error: a model would be scored on files it trained on."""
+    trained = {str(path): fold for path, fold in ((checkpoint, trained_holdout_fold(checkpoint=checkpoint)),
+                                                  (model, trained_holdout_fold(model=model)))
+               if fold is not None}
+    folds = set(trained.values()) | ({requested} if requested is not None else set())
+    if len(folds) > 1:
+        used = ", ".join(f"{path} was trained with holdout fold {fold}" for path, fold in trained.items())
+        asked = f"--holdout-fold {requested}; " if requested is not None else ""
+        raise ValueError(f"{asked}{used}: a model would be evaluated on its own training files")
+    return folds.pop() if folds else -1
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     robot = args.robot
-    fold = holdout_fold(args.holdout_fold, args.checkpoint) if args.split == "holdout" else -1
+    fold = holdout_fold(args.holdout_fold, args.checkpoint, args.model) if args.split == "holdout" else -1
     train_paths, eval_paths = select_files(args.nad_dir, robot, args.split, fold)
     trajs = [load_trajectory(p, robot) for p in eval_paths]
     names = ["/".join(p.parts[-4:]) for p in eval_paths]
@@ -312,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="holdout = one train file per task (as na-train holds out)")
     parser.add_argument("--holdout-fold", type=int,
                         help="which train file of each task is held out (-1 the last; default: as the "
-                             "checkpoint was trained, else -1)")
+                             "checkpoint / model was trained, else -1)")
     parser.add_argument("--checkpoint", type=Path, help="final.pt from na-train (rollout protocol)")
     parser.add_argument("--model", type=Path, help="exported ONNX model (deployment mode)")
     parser.add_argument("--baselines", action=argparse.BooleanOptionalAction, default=True)

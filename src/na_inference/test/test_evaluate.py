@@ -137,3 +137,13 @@ def test_na_eval_holds_out_the_checkpoints_cross_validation_fold(toy, tmp_path, 
     assert main(["--nad-dir", str(toy["nad"]), "--checkpoint", str(checkpoint), "--holdout-fold", "1",
                  "--out-dir", str(tmp_path / "refused")]) == 2
     assert "trained with holdout fold 0" in capsys.readouterr().err
+    # An exported model carries its fold in the metadata: alone it picks the fold, and a model and a
+    # checkpoint of different folds are refused.
+    fold0_onnx = tmp_path / "fold0.onnx"
+    export_onnx(toy["net"], toy["spec"], fold0_onnx, {"training": {"config": {"holdout_fold": 0}}})
+    assert main(["--nad-dir", str(toy["nad"]), "--model", str(fold0_onnx), "--no-baselines",
+                 "--out-dir", str(tmp_path / "model_only")]) == 0
+    assert json.loads((tmp_path / "model_only" / "metrics.json").read_text())["holdout_fold"] == 0
+    assert main(["--nad-dir", str(toy["nad"]), "--checkpoint", str(toy["checkpoint"]), "--model", str(fold0_onnx),
+                 "--out-dir", str(tmp_path / "mixed")]) == 2
+    assert "fold0.onnx was trained with holdout fold 0" in capsys.readouterr().err

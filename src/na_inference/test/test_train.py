@@ -144,7 +144,7 @@ def test_feature_quantities_and_holdout_fold_reach_the_checkpoint(nad_dir, tmp_p
     cfg = tiny_config(nad_dir, tmp_path, teacher_steps=2, rollout_steps=0, holdout_fold=0,
                       quantities="goal_position, position,load,velocity,position_error")
     Trainer(cfg).run()
-    net, config, spec, extra = load_checkpoint(tmp_path / "final.pt")
+    _, config, spec, extra = load_checkpoint(tmp_path / "final.pt")
     assert spec.quantities == ("goal_position", "position", "load", "velocity", "position_error")
     assert spec.n_features == config.n_features == 5 * 6
     assert [p.rsplit("/", 1)[1] for p in extra["training_data"]["val_files"]] == ["001.csv"] * 6
