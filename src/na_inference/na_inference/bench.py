@@ -30,6 +30,7 @@ import numpy as np
 from tqdm import tqdm
 
 from na_description.robot_table import load_robot
+from na_inference.contract import read_model_file
 from na_inference.engine import InferenceEngine, repo_root
 from na_inference.node import make_executor
 
@@ -109,7 +110,7 @@ def bench_model(path: Path, steps: int, warmup: int, checkpoint: Path | None = N
     import torch
 
     torch.set_num_threads(1)
-    robot = json.loads(_metadata(path)["robot"])
+    robot = read_model_file(path).robot
     engine = InferenceEngine(path, robot)
     rng = np.random.default_rng(0)
     samples = [plausible_sample(engine, rng) for _ in range(64)]
@@ -147,13 +148,6 @@ def bench_model(path: Path, steps: int, warmup: int, checkpoint: Path | None = N
         result["onnxruntime_at_model_rate"] = _stats_ms(paced_s)
         result["_samples_ms"]["onnxruntime at model rate"] = np.asarray(paced_s) * 1e3
     return result
-
-
-def _metadata(path: Path) -> dict[str, str]:
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return dict(session.get_modelmeta().custom_metadata_map)
 
 
 def export_random_model(folder: Path, robot: str = "so101", preset: str = "reference") -> Path:
@@ -465,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
             checkpoint = args.checkpoint if path.name == Path(robot_model).name else None
             report["per_step"].append(bench_model(path, args.steps, args.warmup, checkpoint, args.paced_steps))
         if not args.skip_e2e:
-            candidates = [p for p in models if json.loads(_metadata(p)["robot"]) == args.robot]
+            candidates = [p for p in models if read_model_file(p).robot == args.robot]
             if candidates:
                 report["end_to_end"] = bench_end_to_end(candidates[0], args.robot, args.rate, args.seconds,
                                                         args.node_param)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -153,3 +154,10 @@ def metadata_from_session(session: Any) -> ModelMetadata:
     check_io(meta, [i.name for i in inputs], inputs[0].shape if inputs else [], [o.name for o in outputs],
              {o.name: o.shape for o in outputs})
     return meta
+
+
+def read_model_file(path: str | os.PathLike) -> ModelMetadata:
+    """The checked contract of an ONNX model file, for tools that need its metadata, not an engine."""
+    import onnxruntime as ort
+
+    return metadata_from_session(ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]))

@@ -30,6 +30,7 @@ import torch
 from na_description.robot_table import load_robot
 
 from .baselines import IDLinear, MomentumObserver, RidgeForce, force_targets
+from .contract import read_model_file
 from .dynamics import RigidBodyDynamics
 from .engine import InferenceEngine, SampleStatus
 from .features import FeatureSpec, default_spec, fit_normalization
@@ -241,10 +242,7 @@ def trained_holdout_fold(checkpoint: Path | None = None, model: Path | None = No
     if checkpoint is not None:
         config = load_checkpoint(checkpoint)[3].get("training", {}).get("config", {})
     elif model is not None and model.is_file():
-        import onnx  # the model's metadata only; the weights are not needed
-
-        props = {p.key: p.value for p in onnx.load(str(model), load_external_data=False).metadata_props}
-        config = json.loads(props.get("training", "{}")).get("config", {})
+        config = read_model_file(model).extra.get("training", {}).get("config", {})
     else:
         return None
     return int(config.get("holdout_fold", -1))
