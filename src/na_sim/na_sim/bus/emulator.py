@@ -369,8 +369,9 @@ class BusEmulator:
             return
         if self.wire_baud:
             _wait_until(due)
-        self._send(b"".join(pending))
+        # Counted before the write: once the host has read a reply, the stats already include it.
         self.stats.replies += len(pending)
+        self._send(b"".join(pending))
         pending.clear()
 
     def _host_baud(self) -> int | None:
