@@ -69,6 +69,7 @@ class TrainConfig:
     init_noise: float = 0.02           # rad on the initial q of a rollout (reference 0.05)
     jitter_temperature: float = 0.0    # deg C: per-window uniform offset on temperature (breaks trial shortcuts)
     jitter_voltage: float = 0.0        # V: per-window uniform offset on voltage
+    jitter_load: float = 0.0           # duty: per-window, per-joint uniform offset on load (static-friction band)
     quantities: str = ""               # comma-separated feature quantities ("" = the robot's default set)
     substeps: int = 5
     compile_simulator: bool = True     # torch.compile the simulator substep (~3x faster simulator; see README)
@@ -261,6 +262,12 @@ def jitter(cfg: TrainConfig, mixer: FeatureMixer, batch: Batch, gen: torch.Gener
         shift = (torch.rand(batch.recorded.shape[0], 1, 1, generator=gen) * 2 - 1) * amount
         batch.history[:, :, columns] += shift
         batch.recorded[:, :, columns] += shift
+    columns = mixer.columns("load")
+    if cfg.jitter_load > 0 and columns is not None:
+        width = batch.recorded[:, :, columns].shape[-1]
+        shift = (torch.rand(batch.recorded.shape[0], 1, width, generator=gen) * 2 - 1) * cfg.jitter_load
+        batch.history[:, :, columns] += shift
+        batch.recorded[:, :, columns] += shift
 
 
 def teacher_forced_step(cfg: TrainConfig, net, dyn, mixer: FeatureMixer, batch: Batch, gen: torch.Generator):
@@ -301,7 +308,7 @@ def validate(cfg: TrainConfig, net, dyn, mixer: FeatureMixer, trajs: list[Prepar
     """Rollout protocol on the held-out trajectories (worst-joint MAE in deg, force MAE all frames/axes, z
     labelled) plus the teacher-forced (deployment-like) force MAE."""
     net.eval()
-    worst, force_all, force_z, dep_all = [], [], [], []
+    worst, force_all, force_z, dep_all, dep_z = [], [], [], [], []
     for tr, out in zip(trajs, protocol_rollouts(net, dyn, mixer, trajs, dyn_dt(cfg), cfg.substeps, cfg.apply_force)):
         err_deg = np.degrees(np.abs(out.q[0].numpy() - tr.position[1:]))
         worst.append(float(err_deg.mean(axis=0).max()))
@@ -314,9 +321,13 @@ def validate(cfg: TrainConfig, net, dyn, mixer: FeatureMixer, trajs: list[Prepar
         pred = net(mixer.normalize(windows))
         gated = (torch.sigmoid(pred["gate_logit"]) * pred["force_raw"]).numpy()
         dep_all.append(float(np.abs(gated - np.nan_to_num(tr.force)).mean()))
+        lab = ~np.isnan(tr.force[:, 2])
+        if lab.any():
+            dep_z.append(float(np.abs(gated[lab, 2] - tr.force[lab, 2]).mean()))
     return {"val_worst_joint_deg": float(np.mean(worst)), "val_force_mae": float(np.mean(force_all)),
             "val_force_z_labelled": float(np.mean(force_z)) if force_z else float("nan"),
-            "val_deploy_force_mae": float(np.mean(dep_all))}
+            "val_deploy_force_mae": float(np.mean(dep_all)),
+            "val_deploy_force_z_labelled": float(np.mean(dep_z)) if dep_z else float("nan")}
 
 
 class Trainer:
@@ -429,7 +440,7 @@ class Trainer:
         log_path = self.out / "train_log.csv"
         columns = ["step", "stage", "rollout_length", "lr", "total", "position", "velocity", "force", "gate",
                    "condition", "grad_norm", "elapsed_s", "val_worst_joint_deg", "val_force_mae",
-                   "val_force_z_labelled", "val_deploy_force_mae"]
+                   "val_force_z_labelled", "val_deploy_force_mae", "val_deploy_force_z_labelled"]
         new_log = not log_path.exists() or resume is None
         with open(log_path, "w" if new_log else "a", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")

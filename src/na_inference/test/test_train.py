@@ -15,7 +15,7 @@ import torch
 from na_inference.features import default_spec
 from na_inference.model import load_checkpoint
 from na_inference.rollout import FeatureMixer
-from na_inference.train import TrainConfig, Trainer, learning_rate
+from na_inference.train import Batch, TrainConfig, Trainer, jitter, learning_rate
 
 
 def tiny_config(nad_dir, out_dir, **overrides) -> TrainConfig:
@@ -84,6 +84,39 @@ def test_rollout_inputs_mix_simulated_state_into_recorded_frames():
         np.testing.assert_allclose(mixed[k], spec.frame(sample), atol=1e-6)  # same as the runtime's frame()
     np.testing.assert_allclose(mixer.normalize(torch.from_numpy(mixed * 50)).numpy(), spec.normalize(mixed * 50),
                                atol=1e-6)
+
+
+def test_load_jitter_moves_each_joint_by_one_offset_per_window():
+    """--jitter-load: every window's load columns move by one offset per joint (history and future rows
+    alike, as a servo held in its static-friction band would read), within the amplitude; nothing else moves."""
+    spec = default_spec("so101")
+    mixer = FeatureMixer(spec)
+    batch_size, history, steps = 64, spec.history, 5
+    zeros = torch.zeros(batch_size, 6)
+
+    def fresh() -> Batch:
+        return Batch(history=torch.zeros(batch_size, history, spec.n_features),
+                     recorded=torch.zeros(batch_size, steps, spec.n_features), q0=zeros, qd0=zeros,
+                     position=torch.zeros(batch_size, steps, 6), velocity=torch.zeros(batch_size, steps, 6),
+                     force=torch.zeros(batch_size, steps, 3), force_mask=torch.zeros(batch_size, steps, 3),
+                     contact=torch.zeros(batch_size, steps))
+
+    untouched = fresh()
+    jitter(TrainConfig(), mixer, untouched, torch.Generator().manual_seed(0))  # the default is off
+    assert not untouched.history.any() and not untouched.recorded.any()
+
+    batch = fresh()
+    jitter(TrainConfig(jitter_load=0.2), mixer, batch, torch.Generator().manual_seed(0))
+    load = mixer.columns("load")
+    frames = torch.cat([batch.history, batch.recorded], 1)                  # [B, H + T, F]
+    shift = frames[:, :1, load]
+    assert torch.equal(frames[:, :, load], shift.expand(-1, history + steps, -1))  # one offset per window
+    assert shift.abs().max() <= 0.2 and shift.abs().max() > 0.15
+    assert shift[:, 0].std(0).min() > 0.05                                 # every joint moves, independently
+    assert not torch.equal(shift[:, 0, 0], shift[:, 0, 1])
+    others = torch.ones(spec.n_features, dtype=torch.bool)
+    others[load] = False
+    assert not frames[:, :, others].any()
 
 
 def test_learning_rate_warms_up_then_decays():
