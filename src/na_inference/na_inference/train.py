@@ -253,19 +253,17 @@ def losses(cfg: TrainConfig, out, batch: Batch) -> dict[str, torch.Tensor]:
 
 
 def jitter(cfg: TrainConfig, mixer: FeatureMixer, batch: Batch, gen: torch.Generator) -> None:
-    """Shift temperature / voltage of each window by one random offset (in place): both drift between
-    sessions and would otherwise let the network recognise a trial (and its payload) instead of measuring it."""
-    for amount, columns in ((cfg.jitter_temperature, mixer.columns("temperature")),
-                            (cfg.jitter_voltage, mixer.columns("voltage"))):
+    """Shift quantities of each window by random offsets (in place). Temperature and voltage drift between
+    sessions (one offset per window) and would otherwise let the network recognise a trial (and its payload)
+    instead of measuring it; a held servo's load sits anywhere in its static-friction band (one offset per
+    window and joint)."""
+    for amount, quantity, per_joint in ((cfg.jitter_temperature, "temperature", False),
+                                        (cfg.jitter_voltage, "voltage", False), (cfg.jitter_load, "load", True)):
+        columns = mixer.columns(quantity)
         if amount <= 0 or columns is None:
             continue
-        shift = (torch.rand(batch.recorded.shape[0], 1, 1, generator=gen) * 2 - 1) * amount
-        batch.history[:, :, columns] += shift
-        batch.recorded[:, :, columns] += shift
-    columns = mixer.columns("load")
-    if cfg.jitter_load > 0 and columns is not None:
-        width = batch.recorded[:, :, columns].shape[-1]
-        shift = (torch.rand(batch.recorded.shape[0], 1, width, generator=gen) * 2 - 1) * cfg.jitter_load
+        width = len(columns) if per_joint else 1
+        shift = (torch.rand(batch.recorded.shape[0], 1, width, generator=gen) * 2 - 1) * amount
         batch.history[:, :, columns] += shift
         batch.recorded[:, :, columns] += shift
 
@@ -306,7 +304,7 @@ def update_ema(ema: torch.nn.Module, net: torch.nn.Module, decay: float, step: i
 @torch.no_grad()
 def validate(cfg: TrainConfig, net, dyn, mixer: FeatureMixer, trajs: list[PreparedTrajectory]) -> dict[str, float]:
     """Rollout protocol on the held-out trajectories (worst-joint MAE in deg, force MAE all frames/axes, z
-    labelled) plus the teacher-forced (deployment-like) force MAE."""
+    labelled) plus the same two force metrics from recorded telemetry windows (deployment mode)."""
     net.eval()
     worst, force_all, force_z, dep_all, dep_z = [], [], [], [], []
     for tr, out in zip(trajs, protocol_rollouts(net, dyn, mixer, trajs, dyn_dt(cfg), cfg.substeps, cfg.apply_force)):

@@ -86,9 +86,10 @@ def test_rollout_inputs_mix_simulated_state_into_recorded_frames():
                                atol=1e-6)
 
 
-def test_load_jitter_moves_each_joint_by_one_offset_per_window():
+def test_jitter_moves_load_per_joint_and_temperature_per_window():
     """--jitter-load: every window's load columns move by one offset per joint (history and future rows
-    alike, as a servo held in its static-friction band would read), within the amplitude; nothing else moves."""
+    alike, as a servo held in its static-friction band would read), within the amplitude; nothing else
+    moves. --jitter-temperature moves all joints together."""
     spec = default_spec("so101")
     mixer = FeatureMixer(spec)
     batch_size, history, steps = 64, spec.history, 5
@@ -117,6 +118,12 @@ def test_load_jitter_moves_each_joint_by_one_offset_per_window():
     others = torch.ones(spec.n_features, dtype=torch.bool)
     others[load] = False
     assert not frames[:, :, others].any()
+
+    drift = fresh()  # temperature drifts for the whole arm: one offset per window, the same on every joint
+    jitter(TrainConfig(jitter_temperature=3.0), mixer, drift, torch.Generator().manual_seed(0))
+    temperature = drift.recorded[:, :, mixer.columns("temperature")]
+    assert torch.equal(temperature, temperature[:, :1, :1].expand_as(temperature))
+    assert 2.5 < temperature.abs().max() <= 3.0
 
 
 def test_learning_rate_warms_up_then_decays():
