@@ -71,6 +71,7 @@ class TrainConfig:
     jitter_voltage: float = 0.0        # V: per-window uniform offset on voltage
     jitter_load: float = 0.0           # duty: per-window, per-joint uniform offset on load (static-friction band)
     quantities: str = ""               # comma-separated feature quantities ("" = the robot's default set)
+    label_edge_margin: float = 0.0     # s around each edge of a force label where force/gate targets are unsure
     substeps: int = 5
     compile_simulator: bool = True     # torch.compile the simulator substep (~3x faster simulator; see README)
     apply_force: bool = False          # apply the predicted force at the grasp site (J^T f) in the simulator
@@ -121,6 +122,21 @@ class Batch:
     condition_mask: torch.Tensor | None = None
 
 
+def near_label_edges(labelled: np.ndarray, margin: int) -> np.ndarray:
+    """[T] bool: rows within ``margin`` rows of a switch of the force label (margin rows on each side).
+
+    Why: NAD's SO-101 pick-and-place labels switch on a 0.5 s grid (model card, "Where it fails"), so a
+    label edge may be up to 0.25 s away from the lift or set-down it marks. Training on those rows teaches
+    each trial's timing, not the physics; ``--label-edge-margin 0.25`` leaves them out.
+    """
+    unsure = np.zeros(len(labelled), dtype=bool)
+    if margin <= 0:
+        return unsure
+    for edge in np.flatnonzero(np.diff(labelled.astype(np.int8))) + 1:  # first row after a switch
+        unsure[max(edge - margin, 0):edge + margin] = True
+    return unsure
+
+
 @dataclass
 class Dataset:
     """Training trajectories as arrays, with the row sampler both stages use."""
@@ -129,6 +145,7 @@ class Dataset:
     history: int
     dt: float
     windows: list[np.ndarray] = field(default_factory=list)  # [T, H+1, F] per trajectory (recorded)
+    edge_margin: int = 0  # rows on each side of a force-label edge with uncertain targets
 
     def __post_init__(self) -> None:
         self.targets = []
@@ -136,8 +153,12 @@ class Dataset:
             labelled = tr.force_mask.any(axis=1, keepdims=True)
             force = np.where(labelled, np.nan_to_num(tr.force), 0.0).astype(np.float32)
             mask = np.broadcast_to(labelled, force.shape).astype(np.float32)
+            contact = tr.contact.astype(np.float32)
+            unsure = near_label_edges(labelled[:, 0], self.edge_margin)
+            mask[unsure] = 0.0      # no force target where the label's timing is uncertain ...
+            contact[unsure] = 0.5   # ... and a gate target of "either"
             cond = tr.condition if tr.condition is not None else np.zeros(tr.position.shape[1], np.float32)
-            self.targets.append((force, mask, tr.contact, cond, float(tr.condition is not None)))
+            self.targets.append((force, mask, contact, cond, float(tr.condition is not None)))
 
     def sample(self, gen: torch.Generator, batch: int, steps: int, extra: int = 0,
                extra_fraction: float = 0.0) -> list[tuple[int, int]]:
@@ -333,6 +354,8 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg
+        if cfg.label_edge_margin < 0:
+            raise ValueError(f"label_edge_margin must be >= 0 s, got {cfg.label_edge_margin}")
         torch.manual_seed(cfg.seed)
         torch.set_num_threads(cfg.threads)
         self.train_paths, self.val_paths = load_datasets(cfg)
@@ -342,7 +365,8 @@ class Trainer:
         # Normalization comes from the real arm only: the deployed model sees real telemetry.
         self.spec = fit_normalization(base, [t.frames for t in raw])
         raw += read_prepared(self.synthetic_paths, base, cfg.robot, cfg.max_rows)
-        self.data = Dataset(raw, self.spec.history, self.spec.dt, [self.spec.windows(t.frames) for t in raw])
+        self.data = Dataset(raw, self.spec.history, self.spec.dt, [self.spec.windows(t.frames) for t in raw],
+                            edge_margin=round(cfg.label_edge_margin / self.spec.dt))
         self.val = read_prepared(self.val_paths, self.spec, cfg.robot) if cfg.validate else []
         self.mixer = FeatureMixer(self.spec)
         self.dyn = RigidBodyDynamics.for_robot(cfg.robot, dtype=torch.float32)

@@ -14,8 +14,8 @@ import torch
 
 from na_inference.features import default_spec
 from na_inference.model import load_checkpoint
-from na_inference.rollout import FeatureMixer
-from na_inference.train import Batch, TrainConfig, Trainer, jitter, learning_rate
+from na_inference.rollout import FeatureMixer, PreparedTrajectory
+from na_inference.train import Batch, Dataset, TrainConfig, Trainer, jitter, learning_rate
 
 
 def tiny_config(nad_dir, out_dir, **overrides) -> TrainConfig:
@@ -124,6 +124,37 @@ def test_jitter_moves_load_per_joint_and_temperature_per_window():
     temperature = drift.recorded[:, :, mixer.columns("temperature")]
     assert torch.equal(temperature, temperature[:, :1, :1].expand_as(temperature))
     assert 2.5 < temperature.abs().max() <= 3.0
+
+
+def test_label_edge_margin_leaves_the_rows_around_each_label_switch_without_targets():
+    """--label-edge-margin: within the margin of a force-label switch (NAD's pick-and-place labels switch on a
+    0.5 s grid) the force has no target and the gate a target of 0.5; everywhere else the targets stay."""
+    rows, on, off = 60, 20, 40
+    force = np.full((rows, 3), np.nan, np.float32)
+    force[on:off] = (0.0, 0.0, -4.9)  # a payload hold, rows 20-39
+    traj = PreparedTrajectory(name="hold", task="pick", frames=np.zeros((rows, 4), np.float32),
+                              position=np.zeros((rows, 6), np.float32), velocity=np.zeros((rows, 6), np.float32),
+                              force=force, condition=None)
+    exact = Dataset([traj], history=2, dt=0.016)
+    force0, mask0, contact0, _, _ = exact.targets[0]
+    assert mask0[on:off].all() and not mask0[:on].any() and not mask0[off:].any()
+    assert contact0[on:off].tolist() == [1.0] * (off - on) and not contact0[:on].any()
+
+    force_t, mask, contact, _, _ = Dataset([traj], history=2, dt=0.016, edge_margin=3).targets[0]
+    unsure = np.zeros(rows, bool)
+    unsure[on - 3:on + 3] = unsure[off - 3:off + 3] = True
+    assert not mask[unsure].any()
+    np.testing.assert_array_equal(contact[unsure], 0.5)
+    np.testing.assert_array_equal(mask[~unsure], mask0[~unsure])
+    np.testing.assert_array_equal(contact[~unsure], contact0[~unsure])
+    np.testing.assert_array_equal(force_t, force0)  # the label itself is untouched, only its weight
+
+
+def test_label_edge_margin_reaches_the_dataset_in_rows_and_a_negative_one_is_refused(nad_dir, tmp_path):
+    trainer = Trainer(tiny_config(nad_dir, tmp_path, label_edge_margin=0.25))
+    assert trainer.data.edge_margin == round(0.25 / trainer.spec.dt) == 16
+    with pytest.raises(ValueError, match="label_edge_margin"):
+        Trainer(tiny_config(nad_dir, tmp_path, label_edge_margin=-0.1))
 
 
 def test_learning_rate_warms_up_then_decays():
