@@ -71,7 +71,7 @@ class TrainConfig:
     jitter_voltage: float = 0.0        # V: per-window uniform offset on voltage
     jitter_load: float = 0.0           # duty: per-window, per-joint uniform offset on load (static-friction band)
     quantities: str = ""               # comma-separated feature quantities ("" = the robot's default set)
-    label_edge_margin: float = 0.0     # s around each edge of a force label where force/gate targets are unsure
+    label_edge_margin: float = 0.0     # s around each switch of a force label without force/gate targets
     substeps: int = 5
     compile_simulator: bool = True     # torch.compile the simulator substep (~3x faster simulator; see README)
     apply_force: bool = False          # apply the predicted force at the grasp site (J^T f) in the simulator
@@ -120,6 +120,7 @@ class Batch:
     contact: torch.Tensor
     condition: torch.Tensor | None = None
     condition_mask: torch.Tensor | None = None
+    gate_mask: torch.Tensor | None = None  # [B, T]: 0 where the gate has no target (label-edge margin)
 
 
 def near_label_edges(labelled: np.ndarray, margin: int) -> np.ndarray:
@@ -153,12 +154,11 @@ class Dataset:
             labelled = tr.force_mask.any(axis=1, keepdims=True)
             force = np.where(labelled, np.nan_to_num(tr.force), 0.0).astype(np.float32)
             mask = np.broadcast_to(labelled, force.shape).astype(np.float32)
-            contact = tr.contact.astype(np.float32)
             unsure = near_label_edges(labelled[:, 0], self.edge_margin)
-            mask[unsure] = 0.0      # no force target where the label's timing is uncertain ...
-            contact[unsure] = 0.5   # ... and a gate target of "either"
+            mask[unsure] = 0.0  # no force and no gate target where the label's timing is uncertain
+            gate_mask = (~unsure).astype(np.float32)
             cond = tr.condition if tr.condition is not None else np.zeros(tr.position.shape[1], np.float32)
-            self.targets.append((force, mask, contact, cond, float(tr.condition is not None)))
+            self.targets.append((force, mask, tr.contact, gate_mask, cond, float(tr.condition is not None)))
 
     def sample(self, gen: torch.Generator, batch: int, steps: int, extra: int = 0,
                extra_fraction: float = 0.0) -> list[tuple[int, int]]:
@@ -181,10 +181,10 @@ class Dataset:
         return out
 
     def make_batch(self, picks: list[tuple[int, int]], steps: int) -> Batch:
-        hist, rec, q0, qd0, pos, vel, frc, fmask, contact, cond, cmask = ([] for _ in range(11))
+        hist, rec, q0, qd0, pos, vel, frc, fmask, contact, gmask, cond, cmask = ([] for _ in range(12))
         for k, s in picks:
             tr = self.trajs[k]
-            force, mask, cont, condition, has_cond = self.targets[k]
+            force, mask, cont, gate_mask, condition, has_cond = self.targets[k]
             window = self.windows[k][s]          # frames s-H..s
             hist.append(window[:-1])
             rec.append(tr.frames[s:s + steps])
@@ -196,6 +196,7 @@ class Dataset:
             frc.append(force[rows])
             fmask.append(mask[rows])
             contact.append(cont[rows])
+            gmask.append(gate_mask[rows])
             cond.append(np.broadcast_to(condition, (steps, len(condition))))
             cmask.append(np.full((steps, 1), has_cond, np.float32))
 
@@ -204,7 +205,8 @@ class Dataset:
 
         has_condition = any(m.any() for m in cmask)
         return Batch(t(hist), t(rec), t(q0), t(qd0), t(pos), t(vel), t(frc), t(fmask), t(contact),
-                     t(cond) if has_condition else None, t(cmask) if has_condition else None)
+                     t(cond) if has_condition else None, t(cmask) if has_condition else None,
+                     t(gmask) if self.edge_margin > 0 else None)
 
 
 def feature_spec(cfg: TrainConfig) -> FeatureSpec:
@@ -261,7 +263,11 @@ def losses(cfg: TrainConfig, out, batch: Batch) -> dict[str, torch.Tensor]:
     weight = batch.force_mask * (1.0 + (cfg.contact_weight - 1.0) * batch.contact[..., None])
     per = F.smooth_l1_loss(out.force, batch.force, reduction="none")
     terms["force"] = (per * weight).sum() / weight.sum().clamp_min(1.0)
-    terms["gate"] = F.binary_cross_entropy_with_logits(out.gate_logit[..., 0], batch.contact)
+    if batch.gate_mask is None:
+        terms["gate"] = F.binary_cross_entropy_with_logits(out.gate_logit[..., 0], batch.contact)
+    else:
+        per_g = F.binary_cross_entropy_with_logits(out.gate_logit[..., 0], batch.contact, reduction="none")
+        terms["gate"] = (per_g * batch.gate_mask).sum() / batch.gate_mask.sum().clamp_min(1.0)
     if batch.condition is not None:
         per_c = F.binary_cross_entropy_with_logits(out.condition_logit, batch.condition, reduction="none")
         terms["condition"] = (per_c * batch.condition_mask).sum() / (batch.condition_mask.sum() * per_c.shape[-1])

@@ -14,8 +14,8 @@ import torch
 
 from na_inference.features import default_spec
 from na_inference.model import load_checkpoint
-from na_inference.rollout import FeatureMixer, PreparedTrajectory
-from na_inference.train import Batch, Dataset, TrainConfig, Trainer, jitter, learning_rate
+from na_inference.rollout import FeatureMixer, PreparedTrajectory, RolloutOutput
+from na_inference.train import Batch, Dataset, TrainConfig, Trainer, jitter, learning_rate, losses
 
 
 def tiny_config(nad_dir, out_dir, **overrides) -> TrainConfig:
@@ -128,26 +128,39 @@ def test_jitter_moves_load_per_joint_and_temperature_per_window():
 
 def test_label_edge_margin_leaves_the_rows_around_each_label_switch_without_targets():
     """--label-edge-margin: within the margin of a force-label switch (NAD's pick-and-place labels switch on a
-    0.5 s grid) the force has no target and the gate a target of 0.5; everywhere else the targets stay."""
+    0.5 s grid) neither the force nor the gate has a target; everywhere else the targets stay, and the gate
+    loss averages over the rows that keep theirs."""
     rows, on, off = 60, 20, 40
     force = np.full((rows, 3), np.nan, np.float32)
     force[on:off] = (0.0, 0.0, -4.9)  # a payload hold, rows 20-39
     traj = PreparedTrajectory(name="hold", task="pick", frames=np.zeros((rows, 4), np.float32),
                               position=np.zeros((rows, 6), np.float32), velocity=np.zeros((rows, 6), np.float32),
                               force=force, condition=None)
-    exact = Dataset([traj], history=2, dt=0.016)
-    force0, mask0, contact0, _, _ = exact.targets[0]
+    exact = Dataset([traj], history=2, dt=0.016, windows=[np.zeros((rows, 3, 4), np.float32)])
+    force0, mask0, contact0, gate0, _, _ = exact.targets[0]
     assert mask0[on:off].all() and not mask0[:on].any() and not mask0[off:].any()
     assert contact0[on:off].tolist() == [1.0] * (off - on) and not contact0[:on].any()
+    assert gate0.all() and exact.make_batch([(0, 5)], 3).gate_mask is None  # no margin: the reference loss
 
-    force_t, mask, contact, _, _ = Dataset([traj], history=2, dt=0.016, edge_margin=3).targets[0]
+    margin = Dataset([traj], history=2, dt=0.016, windows=[np.zeros((rows, 3, 4), np.float32)], edge_margin=3)
+    force_t, mask, contact, gate, _, _ = margin.targets[0]
     unsure = np.zeros(rows, bool)
     unsure[on - 3:on + 3] = unsure[off - 3:off + 3] = True
-    assert not mask[unsure].any()
-    np.testing.assert_array_equal(contact[unsure], 0.5)
+    assert not mask[unsure].any() and not gate[unsure].any()
+    assert gate[~unsure].all()
     np.testing.assert_array_equal(mask[~unsure], mask0[~unsure])
-    np.testing.assert_array_equal(contact[~unsure], contact0[~unsure])
-    np.testing.assert_array_equal(force_t, force0)  # the label itself is untouched, only its weight
+    np.testing.assert_array_equal(contact, contact0)   # the labels themselves are untouched, only their weight
+    np.testing.assert_array_equal(force_t, force0)
+
+    batch = margin.make_batch([(0, 15)], 10)           # targets for rows 16-25: 17-22 lie within 3 rows of row 20
+    np.testing.assert_array_equal(batch.gate_mask[0].numpy(), (~unsure[16:26]).astype(np.float32))
+    out = RolloutOutput(q=batch.position, qd=batch.velocity, torque=torch.zeros(1, 10, 6),
+                        force_raw=torch.zeros(1, 10, 3), gate_logit=torch.full((1, 10, 1), -3.0),
+                        condition_logit=torch.zeros(1, 10, 6))
+    kept = ~unsure[16:26]
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(
+        out.gate_logit[0, kept, 0], batch.contact[0, kept])
+    torch.testing.assert_close(losses(TrainConfig(), out, batch)["gate"], expected)
 
 
 def test_label_edge_margin_reaches_the_dataset_in_rows_and_a_negative_one_is_refused(nad_dir, tmp_path):
