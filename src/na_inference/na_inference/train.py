@@ -334,21 +334,21 @@ def validate(cfg: TrainConfig, net, dyn, mixer: FeatureMixer, trajs: list[Prepar
     labelled) plus the same two force metrics from recorded telemetry windows (deployment mode)."""
     net.eval()
     worst, force_all, force_z, dep_all, dep_z = [], [], [], [], []
+
+    def score(force: np.ndarray, label: np.ndarray, all_frames: list[float], z_labelled: list[float]) -> None:
+        """Force MAE over all frames and 3 axes (unlabelled = 0 N) and z MAE over the labelled frames."""
+        all_frames.append(float(np.abs(force - np.nan_to_num(label)).mean()))
+        lab = ~np.isnan(label[:, 2])
+        if lab.any():
+            z_labelled.append(float(np.abs(force[lab, 2] - label[lab, 2]).mean()))
+
     for tr, out in zip(trajs, protocol_rollouts(net, dyn, mixer, trajs, dyn_dt(cfg), cfg.substeps, cfg.apply_force)):
         err_deg = np.degrees(np.abs(out.q[0].numpy() - tr.position[1:]))
         worst.append(float(err_deg.mean(axis=0).max()))
-        label = np.nan_to_num(tr.force[1:])
-        force_all.append(float(np.abs(out.force[0].numpy() - label).mean()))
-        lab = ~np.isnan(tr.force[1:, 2])
-        if lab.any():
-            force_z.append(float(np.abs(out.force[0, :, 2].numpy()[lab] - tr.force[1:, 2][lab]).mean()))
+        score(out.force[0].numpy(), tr.force[1:], force_all, force_z)
         windows = torch.from_numpy(mixer.spec.windows(tr.frames))
         pred = net(mixer.normalize(windows))
-        gated = (torch.sigmoid(pred["gate_logit"]) * pred["force_raw"]).numpy()
-        dep_all.append(float(np.abs(gated - np.nan_to_num(tr.force)).mean()))
-        lab = ~np.isnan(tr.force[:, 2])
-        if lab.any():
-            dep_z.append(float(np.abs(gated[lab, 2] - tr.force[lab, 2]).mean()))
+        score((torch.sigmoid(pred["gate_logit"]) * pred["force_raw"]).numpy(), tr.force, dep_all, dep_z)
     return {"val_worst_joint_deg": float(np.mean(worst)), "val_force_mae": float(np.mean(force_all)),
             "val_force_z_labelled": float(np.mean(force_z)) if force_z else float("nan"),
             "val_deploy_force_mae": float(np.mean(dep_all)),
