@@ -19,7 +19,7 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
 
 from na_description.robot_table import load_robot
@@ -41,6 +41,10 @@ class BusResult:
     bytes_per_cycle: float
     table_baud: int
     sim_rtf: float | None = None  # simulated s per wall s of the arm behind the bus, when --sim
+    #: failed cycles by the SDK's own text for the result code (a timeout is the host's scheduling,
+    #: anything else is a protocol fault)
+    failure_codes: dict[str, int] = field(default_factory=dict)
+    malformed: int = 0  # bytes or packets the emulator had to skip: must stay 0 with a healthy SDK
 
     @property
     def rate_hz(self) -> float:
@@ -105,11 +109,11 @@ def bench_bus(robot: str, seconds: float, wire_baud: int | None = None, fast: bo
     proc.start()
     try:
         path = parent.recv()
-        port, _group, read = _sdk_sync_read(table, path, fast)
+        port, read, describe = _sdk_sync_read(table, path, fast)
         for _ in range(20):  # warm up (first packets, page faults)
             read()
         times: list[float] = []
-        failures = 0
+        failure_codes: dict[str, int] = {}
         start = time.perf_counter()
         deadline = start + seconds
         now = start
@@ -119,7 +123,8 @@ def bench_bus(robot: str, seconds: float, wire_baud: int | None = None, fast: bo
             if result == 0:
                 times.append(after - now)
             else:
-                failures += 1
+                text = describe(result)
+                failure_codes[text] = failure_codes.get(text, 0) + 1
                 port.ser.reset_input_buffer()
             now = after
         elapsed = now - start
@@ -131,6 +136,7 @@ def bench_bus(robot: str, seconds: float, wire_baud: int | None = None, fast: bo
         if proc.is_alive():
             proc.kill()
     stats = report["stats"]
+    failures = sum(failure_codes.values())
     total_cycles = len(times) + failures + 20
     quantiles = statistics.quantiles(times, n=100) if len(times) >= 2 else [float("nan")] * 99
     return BusResult(
@@ -138,12 +144,14 @@ def bench_bus(robot: str, seconds: float, wire_baud: int | None = None, fast: bo
         wire_baud=wire_baud, cycles=len(times), failures=failures, seconds=elapsed,
         p50_ms=statistics.median(times) * 1000 if times else float("nan"), p99_ms=quantiles[98] * 1000,
         bytes_per_cycle=(stats["bytes_in"] + stats["bytes_out"]) / total_cycles,
-        table_baud=table.bus.baudrate, sim_rtf=report["sim_rtf"],
+        table_baud=table.bus.baudrate, sim_rtf=report["sim_rtf"], failure_codes=failure_codes,
+        malformed=stats["malformed"],
     )
 
 
 def _sdk_sync_read(table, path: str, fast: bool):
-    """Open the real SDK on ``path``; returns (port, group, one-cycle function -> SDK result code)."""
+    """Open the real SDK on ``path``; returns (port, one-cycle function -> SDK result code, the SDK's
+    text for a result code)."""
     start, length = table.bus.telemetry_start, table.bus.telemetry_length
     if table.bus.family == "dynamixel":
         import dynamixel_sdk as sdk
@@ -158,9 +166,7 @@ def _sdk_sync_read(table, path: str, fast: bool):
     group = sdk.GroupSyncRead(port, ph, start, length)
     for servo_id in table.bus.ids:
         group.addParam(servo_id)
-    if fast:
-        return port, group, group.fastSyncRead
-    return port, group, group.txRxPacket
+    return port, group.fastSyncRead if fast else group.txRxPacket, ph.getTxRxResult
 
 
 def bench_physics(robot: str, seconds: float) -> float | None:
@@ -216,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
         result = bench_bus(robot, args.seconds, wire_baud=baud, fast=fast, use_sim=use_sim)
         results.append(result)
         print(result.row(), flush=True)
+        if result.failure_codes or result.malformed:
+            print(f"       failed cycles: {result.failure_codes}; bytes/packets the emulator skipped: "
+                  f"{result.malformed}", flush=True)
     physics = {}
     if not args.no_physics:
         for robot in robots:
