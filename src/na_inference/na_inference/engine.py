@@ -13,7 +13,10 @@ One call per telemetry sample (``InferenceEngine.step``). The engine
   the model rate on average), stamped with that sample's stamp;
 * rejects bad samples without crashing: non-finite values and missing joints are dropped, stamps
   that go backwards (or repeat) are dropped, a gap longer than ``max_gap_dt`` model steps or a clock
-  that jumps back further than that resets the history (outputs then say ``warming_up``).
+  that jumps back further than that resets the history (outputs then say ``warming_up``);
+* when the robot table has a ``payload_observer`` (``payload.py``), feeds it every accepted sample:
+  while the gripper carries a lifted object, the published z force is the observer's weight from the
+  physics of the motion (the network's estimate is its prior) and the contact probability is 1.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from na_inference.contract import (
 )
 from na_inference.features import FeatureSpec, HistoryWindow
 from na_inference.nad import GRIPPER_APERTURE_KEY, gripper_aperture_mm
+from na_inference.payload import GRAVITY, PayloadObserver
 
 # A sample within this fraction of dt of a grid time completes it (float stamps near 1.7e9 s carry only
 # ~0.24 us of resolution, so exact comparison would miss grid points at random).
@@ -75,6 +79,7 @@ class EngineOutput:
     warming_up: bool                # part of the history is still start-up padding (mean frame)
     grid_steps: int                 # model steps this sample completed (> 1: slower input was resampled)
     latency_s: float                # wall time of the ONNX Runtime call
+    payload_kg: float | None = None  # the payload observer's mass while it sees a carry (force z = -g m)
 
 
 @dataclass
@@ -235,7 +240,8 @@ class InferenceEngine:
     """Telemetry samples in, model estimates out, on the model's time grid (see module docstring)."""
 
     def __init__(self, model_path: str | os.PathLike, robot: str | RobotTable, *,
-                 max_gap_dt: float = 5.0, threads: int = 1) -> None:
+                 max_gap_dt: float = 5.0, threads: int = 1,
+                 payload_observer: bool | PayloadObserver = True) -> None:
         self.robot = load_robot(robot) if isinstance(robot, str) else robot
         self.model = OnnxModel(model_path, self.robot, threads=threads)
         self.spec = self.model.spec
@@ -250,6 +256,25 @@ class InferenceEngine:
         self._last_frame: np.ndarray | None = None
         self._grid_origin = 0.0
         self._grid_index = 0            # next grid time is origin + index * dt
+        self.payload_observer, self.payload_observer_status = self._make_observer(payload_observer)
+        self._last_force_z = 0.0        # the network's last z force: the observer's prior
+
+    #: what the payload observer reads of each sample
+    OBSERVER_QUANTITIES = ("position", "goal_position", "velocity", "load")
+
+    def _make_observer(self, wanted: bool | PayloadObserver) -> tuple[PayloadObserver | None, str]:
+        """(observer or None, why: for logs and diagnostics)."""
+        if wanted is False:
+            return None, "off (disabled)"
+        if tuple(self.joint_names) != tuple(self.robot.joint_names):
+            return None, "off (the model's joints are not the robot table's)"
+        missing = [q for q in self.OBSERVER_QUANTITIES if q not in self.quantities]
+        if missing:
+            return None, f"off (the model does not read {', '.join(missing)})"
+        observer = wanted if isinstance(wanted, PayloadObserver) else PayloadObserver.for_robot(self.robot)
+        if observer is None:
+            return None, f"off (the {self.robot.name} robot table has no payload_observer)"
+        return observer, "on"
 
     @property
     def tokens(self) -> int:
@@ -260,6 +285,8 @@ class InferenceEngine:
         self.window.reset()
         self._last_stamp = None
         self._last_frame = None
+        if self.payload_observer is not None:
+            self.payload_observer.reset()
 
     def check_sample(self, sample: Mapping[str, np.ndarray]) -> tuple[SampleStatus, str] | None:
         """Why ``sample`` cannot be used, as (MISSING_JOINTS or NON_FINITE, detail), or None if it can."""
@@ -307,6 +334,8 @@ class InferenceEngine:
         if reset_reason is not None:
             counters.resets += 1
             self.window.reset()
+            if self.payload_observer is not None:
+                self.payload_observer.reset()
             self._grid_origin, self._grid_index = stamp, 0
             self._last_stamp, self._last_frame = stamp, frame
             window, steps = self._push_grid(stamp, frame)
@@ -315,9 +344,27 @@ class InferenceEngine:
             self._last_stamp, self._last_frame = stamp, frame
         if steps == 0:
             counters.decimated += 1
+            self._observe(stamp, sample)
             return StepResult(SampleStatus.DECIMATED, reset_reason=reset_reason)
         counters.resampled_steps += steps - 1
-        return StepResult(SampleStatus.INFERRED, self._infer(stamp, window, steps), reset_reason)
+        output = self._infer(stamp, window, steps)
+        self._last_force_z = float(output.force[2])
+        payload = self._observe(stamp, sample)
+        if payload is not None:
+            output.force = np.array([output.force[0], output.force[1], -GRAVITY * payload])
+            output.force_raw = output.force.copy()
+            output.contact_probability = 1.0
+            output.payload_kg = payload
+        return StepResult(SampleStatus.INFERRED, output, reset_reason)
+
+    def _observe(self, stamp: float, sample: Mapping[str, np.ndarray]) -> float | None:
+        """Feed the payload observer; the carried mass (kg) while it sees a carry, else None."""
+        if self.payload_observer is None:
+            return None
+        estimate = self.payload_observer.update(
+            stamp, *(np.asarray(sample[q], dtype=np.float64) for q in self.OBSERVER_QUANTITIES),
+            prior_kg=max(0.0, -self._last_force_z / GRAVITY))
+        return estimate.mass_kg if estimate.carrying else None
 
     def _push_grid(self, stamp: float, frame: np.ndarray) -> tuple[np.ndarray | None, int]:
         """Push the frames of every grid time in (last stamp, stamp], linearly interpolated."""

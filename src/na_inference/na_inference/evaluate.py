@@ -6,9 +6,11 @@
     vs the label of row i+1), over the first 100/300/500 steps and the full trajectory; plus the z-force
     MAE over labelled frames and the gate accuracy (contact probability > 0.5 vs |f| > 0.01 N).
 (b) Deployment mode (needs the exported ONNX model): every telemetry row goes through the runtime's own
-    ``InferenceEngine`` (ONNX Runtime, HistoryWindow, its time grid): no simulator, telemetry only. The
-    estimate for row i is the engine's latest output after that row (what the node has published at that
-    stamp) and is compared with the label of row i.
+    ``InferenceEngine`` (ONNX Runtime, HistoryWindow, its time grid, the payload observer as the node runs
+    it): no simulator, telemetry only. The estimate for row i is the engine's latest output after that row
+    (what the node has published at that stamp) and is compared with the label of row i.
+    ``--payload-observer``: the robot table's (as the node), ``refit`` on the evaluated split's training
+    files (cross-validation: the table's was fitted on the shipped split), or ``off`` (the network alone).
 (c) Baselines (ridge, ID-Linear, momentum observer), fitted on the training files, scored like (b).
 
 Writes OUT_DIR/metrics.json, OUT_DIR/metrics.md and PNG plots (force vs label over time; rolled-out vs
@@ -34,8 +36,10 @@ from .contract import read_model_file
 from .dynamics import RigidBodyDynamics
 from .engine import InferenceEngine, SampleStatus
 from .features import FeatureSpec, default_spec, fit_normalization
+from .kinematics import GravityModel
 from .model import load_checkpoint
 from .nad import Trajectory, find_trajectories, holdout_split, load_trajectory
+from .payload import PayloadObserver, PayloadObserverConfig, fit_load_model
 from .rollout import FeatureMixer, prefix_mae, prepare, protocol_rollouts
 
 PREFIXES = (100, 300, 500)
@@ -91,9 +95,10 @@ def evaluate_rollouts(checkpoint: Path, trajs: list[Trajectory], substeps: int |
 
 # ---------------------------------------------------------------------------------------------- (b) deployment
 
-def deployment_forces(model: Path, traj: Trajectory) -> tuple[np.ndarray, np.ndarray]:
+def deployment_forces(model: Path, traj: Trajectory, payload_observer: bool | PayloadObserver = True,
+                      ) -> tuple[np.ndarray, np.ndarray]:
     """Feed the trajectory row by row through the runtime engine; (force [T, 3], contact probability [T])."""
-    engine = InferenceEngine(model, traj.robot)
+    engine = InferenceEngine(model, traj.robot, payload_observer=payload_observer)
     force = np.zeros((len(traj), 3))
     gate = np.zeros(len(traj))
     last_force, last_gate = np.zeros(3), 0.0
@@ -107,10 +112,11 @@ def deployment_forces(model: Path, traj: Trajectory) -> tuple[np.ndarray, np.nda
     return force, gate
 
 
-def evaluate_deployment(model: Path, trajs: list[Trajectory]) -> tuple[list[dict[str, Any]], list[np.ndarray]]:
+def evaluate_deployment(model: Path, trajs: list[Trajectory], payload_observer: bool | PayloadObserver = True,
+                        ) -> tuple[list[dict[str, Any]], list[np.ndarray]]:
     results, series = [], []
     for traj in trajs:
-        force, gate = deployment_forces(model, traj)
+        force, gate = deployment_forces(model, traj, payload_observer)
         results.append(force_metrics(force, traj, slice(0, None), gate))
         series.append(force)
     return results, series
@@ -262,6 +268,21 @@ def holdout_fold(requested: int | None, checkpoint: Path | None, model: Path | N
     return folds.pop() if folds else -1
 
 
+def payload_observer_for(mode: str, robot: str, train: list[Trajectory]) -> bool | PayloadObserver:
+    """The engine's payload observer for ``--payload-observer`` table / refit / off."""
+    if mode == "off":
+        return False
+    if mode == "table":
+        return True
+    table = load_robot(robot)
+    config = PayloadObserverConfig.from_robot(table)
+    if config is None:
+        return False
+    gravity = GravityModel.from_robot(table)
+    coefficients, scale = fit_load_model(train, gravity, config.joints, config.moving_velocity)
+    return PayloadObserver(config.with_coefficients(coefficients, scale), gravity)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     robot = args.robot
     fold = holdout_fold(args.holdout_fold, args.checkpoint, args.model) if args.split == "holdout" else -1
@@ -282,7 +303,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         timing["rollout_s"] = time.perf_counter() - start
     if args.model is not None:
         start = time.perf_counter()
-        per_traj["deployment"], force_series["deployment"] = evaluate_deployment(args.model, trajs)
+        observer = payload_observer_for(args.payload_observer, robot, train)
+        per_traj["deployment"], force_series["deployment"] = evaluate_deployment(args.model, trajs, observer)
         timing["deployment_s"] = time.perf_counter() - start
     if args.baselines:
         start = time.perf_counter()
@@ -295,6 +317,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     summary = {
         "robot": robot, "split": args.split, "holdout_fold": fold, "files": [str(p) for p in eval_paths],
         "baseline_training_files": [str(p) for p in train_paths],
+        "payload_observer": args.payload_observer if args.model is not None else None,
         "protocol": {"prefixes": list(PREFIXES), "force_all": "MAE over all frames and 3 axes, -999 read as 0",
                      "force_z": "MAE over labelled frames, z axis", "gate_threshold": GATE_PROBABILITY,
                      "rollout_force_row": "step i vs label row i+1", "deployment_force_row": "row i vs label row i"},
@@ -328,6 +351,9 @@ def main(argv: list[str] | None = None) -> int:
                              "checkpoint / model was trained, else -1)")
     parser.add_argument("--checkpoint", type=Path, help="final.pt from na-train (rollout protocol)")
     parser.add_argument("--model", type=Path, help="exported ONNX model (deployment mode)")
+    parser.add_argument("--payload-observer", choices=("table", "refit", "off"), default="table",
+                        help="deployment mode: the robot table's payload observer (as the node runs it), one refitted "
+                             "on this split's training files (cross-validation), or none (the network alone)")
     parser.add_argument("--baselines", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--substeps", type=int, help="simulator substeps (default: as trained, else 5)")
     parser.add_argument("--apply-force", action=argparse.BooleanOptionalAction, default=None,

@@ -1,14 +1,17 @@
-"""Forward kinematics of a serial chain read from the robot's URDF, in numpy (no ROS, no MuJoCo).
+"""Forward kinematics and gravity read from the robot's URDF, in numpy (no ROS, no MuJoCo, no torch).
 
-The inference node uses it to express the estimated force in the end-effector TF frame and to place
-the force arrow there. Only what that needs is implemented: fixed, revolute and continuous joints
-along the path from the robot table's ``tf_frames.base`` link to its ``tf_frames.end_effector`` link.
+The inference node uses ``SerialChain`` to express the estimated force in the end-effector TF frame and
+to place the force arrow there, and ``GravityModel`` for the payload observer (the arm's own gravity
+torque and the torque a payload at the end effector needs). Only fixed, revolute and continuous
+joints are supported.
 """
 
 from __future__ import annotations
 
+import math
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -63,11 +66,15 @@ class _Joint:
     joint_index: int | None   # index into the robot table's joints; None for a fixed joint
     axis: np.ndarray          # unit axis in the child (joint) frame
 
-    @property
+    @cached_property
     def cross(self) -> np.ndarray:
         """K, the cross-product matrix of the axis (Rodrigues: R = I + sin q K + (1 - cos q) K^2)."""
         x, y, z = self.axis
         return np.array([[0, -z, y], [z, 0, -x], [-y, x, 0]])
+
+    @cached_property
+    def cross_squared(self) -> np.ndarray:
+        return self.cross @ self.cross
 
 
 class SerialChain:
@@ -131,3 +138,105 @@ class SerialChain:
                 angle = float(joint_positions[index])
                 rot = rot @ (_IDENTITY + np.sin(angle) * k + (1.0 - np.cos(angle)) * k2)
         return pos, rot
+
+
+class GravityModel:
+    """Static torques of the whole URDF tree: the arm's holding torque against gravity and the torque
+    that 1 kg at the end-effector link applies, per joint in robot-table order.
+
+    Both are what our torch dynamics gives as ``bias_forces(q, 0)`` and ``-9.81 * site_jacobian(q)[:, 2]``
+    (tested against it); this copy exists because the runtime imports neither torch nor MuJoCo.
+    """
+
+    GRAVITY = 9.81
+
+    def __init__(self, joints: list[tuple[str, str, _Joint]], masses: dict[str, tuple[float, np.ndarray]],
+                 base: str, tip: str, n_joints: int) -> None:
+        self.joints = joints                  # (parent link, child link, joint) from the base outwards
+        self.masses = masses                  # link -> (mass kg, centre of mass in the link frame)
+        self.base, self.tip, self.n_joints = base, tip, n_joints
+
+    @classmethod
+    def from_robot(cls, robot: RobotTable) -> GravityModel:
+        base, tip = robot.tf_frames.get("base"), robot.tf_frames.get("end_effector")
+        if not base or not tip:
+            raise KinematicsError(f"{robot.name}: the robot table names no tf_frames base/end_effector")
+        return cls.from_urdf(robot.description_path("urdf"), list(robot.joint_names), base, tip)
+
+    @classmethod
+    def from_urdf(cls, path: Path, joint_names: list[str], base: str, tip: str) -> GravityModel:
+        root = ET.parse(path).getroot()
+        children: dict[str, list[ET.Element]] = {}
+        for joint in root.findall("joint"):
+            children.setdefault(joint.find("parent").get("link"), []).append(joint)
+        masses = {}
+        for link in root.findall("link"):
+            inertial = link.find("inertial")
+            if inertial is None or inertial.find("mass") is None:
+                continue
+            origin = inertial.find("origin")
+            com = [float(v) for v in (origin.get("xyz", "0 0 0") if origin is not None else "0 0 0").split()]
+            masses[link.get("name")] = (float(inertial.find("mass").get("value")), np.array(com))
+        ordered, frontier = [], [base]
+        while frontier:  # breadth first, so every parent link is placed before its children
+            link = frontier.pop(0)
+            for joint in children.get(link, []):
+                child = joint.find("child").get("link")
+                ordered.append((link, child, SerialChain._joint(joint, joint_names, Path(path).name)))
+                frontier.append(child)
+        if tip not in {child for _, child, _ in ordered}:
+            raise KinematicsError(f"{Path(path).name}: link {tip!r} is not below {base!r}")
+        return cls(ordered, masses, base, tip, len(joint_names))
+
+    def torques(self, joint_positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(arm holding torque [n] N.m, torque per kg at the end-effector link [n] N.m/kg) at one pose, or
+        [B, n] each for a batch of poses [B, n] (one pose at a time: the runtime's cost is one pose)."""
+        q = np.asarray(joint_positions, dtype=np.float64)
+        if q.ndim == 1:
+            return self._torques_one(q)
+        pairs = [self._torques_one(row) for row in q]
+        return np.array([a for a, _ in pairs]).reshape(len(q), self.n_joints), \
+            np.array([u for _, u in pairs]).reshape(len(q), self.n_joints)
+
+    def _torques_one(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``torques`` for one pose (scalar trigonometry: small numpy arrays are slow)."""
+        rot, pos = {self.base: _IDENTITY}, {self.base: np.zeros(3)}
+        axes = []
+        for parent, child, joint in self.joints:
+            frame = rot[parent] @ joint.rotation
+            pos[child] = pos[parent] + rot[parent] @ joint.position
+            if joint.joint_index is not None:
+                angle = float(q[joint.joint_index])
+                axes.append((joint.joint_index, child, frame @ joint.axis, pos[child]))
+                frame = frame @ (_IDENTITY + math.sin(angle) * joint.cross + (1.0 - math.cos(angle)) * joint.cross_squared)
+            rot[child] = frame
+        mass = dict.fromkeys(rot, 0.0)
+        moment = {link: np.zeros(3) for link in rot}
+        for link, (m, com) in self.masses.items():
+            if link in rot:
+                mass[link] += m
+                moment[link] = moment[link] + m * (pos[link] + rot[link] @ com)
+        for parent, child, _ in reversed(self.joints):
+            mass[parent] += mass[child]
+            moment[parent] = moment[parent] + moment[child]
+        below = self._links_below()
+        arm, per_kg = np.zeros(self.n_joints), np.zeros(self.n_joints)
+        g = self.GRAVITY
+        for index, child, axis, origin in axes:
+            lever = moment[child] - mass[child] * origin
+            arm[index] = -g * (axis[1] * lever[0] - axis[0] * lever[1])
+            if self.tip in below[child]:
+                lever = pos[self.tip] - origin
+                per_kg[index] = g * (axis[1] * lever[0] - axis[0] * lever[1])
+        return arm, per_kg
+
+    def _links_below(self) -> dict[str, set[str]]:
+        """Each link with every link of its subtree (itself included); computed once."""
+        if not hasattr(self, "_below"):
+            below: dict[str, set[str]] = {}
+            for _, child, _ in reversed(self.joints):
+                below.setdefault(child, {child})
+            for parent, child, _ in reversed(self.joints):
+                below.setdefault(parent, {parent}).update(below[child])
+            self._below = below
+        return self._below

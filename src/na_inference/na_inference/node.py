@@ -96,6 +96,10 @@ class InferenceNode(Node):
         self.declare_parameter("intra_op_threads", 1, ParameterDescriptor(
             description="ONNX Runtime intra-op threads (1 = lowest latency on a shared CPU)",
             integer_range=[IntegerRange(from_value=1, to_value=64, step=1)]))
+        self.declare_parameter("payload_observer", True, ParameterDescriptor(
+            description="while the gripper carries a lifted object, publish its weight from the physics of the "
+                        "arm's motion (the robot table's payload_observer; the network's estimate is its prior) "
+                        "instead of the network's force alone; off where the table has none"))
 
         param = self.get_parameter
         self.contact_threshold = float(param("contact_threshold").value)
@@ -117,7 +121,7 @@ class InferenceNode(Node):
         self._frame_problem = ""
         if self.robot is not None:
             self._load_model(param("model_path").value, float(param("max_gap_dt").value),
-                             int(param("intra_op_threads").value))
+                             int(param("intra_op_threads").value), bool(param("payload_observer").value))
             self._setup_frames(str(param("wrench_frame").value))
         else:
             self.monitor.model_failed("", f"unknown robot {robot_name!r}")
@@ -139,10 +143,11 @@ class InferenceNode(Node):
 
     # ------------------------------------------------------------------ start-up
 
-    def _load_model(self, override: str, max_gap_dt: float, threads: int) -> None:
+    def _load_model(self, override: str, max_gap_dt: float, threads: int, payload_observer: bool) -> None:
         path = resolve_model_path(self.robot, override or None)
         try:
-            self.engine = InferenceEngine(path, self.robot, max_gap_dt=max_gap_dt, threads=threads)
+            self.engine = InferenceEngine(path, self.robot, max_gap_dt=max_gap_dt, threads=threads,
+                                          payload_observer=payload_observer)
         except ModelContractError as exc:
             self.get_logger().error(f"model not loaded: {exc}")
             self.monitor.model_failed(str(path), str(exc))
@@ -152,8 +157,10 @@ class InferenceNode(Node):
         self.monitor.model_loaded(str(path), {
             "path": str(path), "robot": meta.robot, "joints": ",".join(meta.joint_names),
             "history": str(meta.history), "dt_s": str(self.engine.dt),
-            "features": str(self.engine.spec.n_features), "force_frame": meta.force_frame})
-        self.get_logger().info(f"model {path} loaded: {meta.robot}, history {meta.history}, dt {self.engine.dt} s")
+            "features": str(self.engine.spec.n_features), "force_frame": meta.force_frame,
+            "payload_observer": self.engine.payload_observer_status})
+        self.get_logger().info(f"model {path} loaded: {meta.robot}, history {meta.history}, dt {self.engine.dt} s; "
+                               f"payload observer {self.engine.payload_observer_status}")
 
     def _setup_frames(self, wrench_frame: str) -> None:
         """Forward kinematics for the end-effector frame (wrench option and marker placement)."""

@@ -57,7 +57,7 @@ def nad_trajectory(nad_dir):
 def test_engine_streaming_equals_the_network_on_offline_windows(so101_model, nad_trajectory):
     """Sample by sample on the model grid, the engine gives what the network gives on the trajectory's windows
     built offline by the shared feature pipeline (start-up padding included)."""
-    engine = InferenceEngine(so101_model.path, "so101")
+    engine = InferenceEngine(so101_model.path, "so101", payload_observer=False)  # the network alone
     spec = engine.spec
     expected = so101_model.outputs(spec.windows(spec.frames(nad_trajectory)))
     outputs = []
@@ -76,7 +76,7 @@ def test_engine_streaming_equals_the_network_on_offline_windows(so101_model, nad
 
 def test_engine_resamples_recorded_nad_stamps_onto_the_model_grid(so101_model, nad_trajectory):
     """NAD stamps jitter (13-19 ms for a 16.05 ms model step): the engine interpolates onto the grid."""
-    engine = InferenceEngine(so101_model.path, "so101")
+    engine = InferenceEngine(so101_model.path, "so101", payload_observer=False)
     spec = engine.spec
     stamps = nad_trajectory.time
     frames = spec.frames(nad_trajectory).astype(np.float64)

@@ -96,7 +96,7 @@ def test_deployment_mode_equals_the_torch_model_on_training_windows(toy):
     spec = toy["spec"]
     traj = toy["trajs"][0]
     regular = replace(traj, time=np.arange(len(traj)) * spec.dt)
-    force, gate = deployment_forces(toy["onnx"], regular)
+    force, gate = deployment_forces(toy["onnx"], regular, payload_observer=False)  # the network alone
     with torch.no_grad():
         _, expected, prob, _ = DeployableModel(toy["net"], spec)(torch.from_numpy(spec.windows(spec.frames(traj))))
     np.testing.assert_allclose(force, expected.numpy(), atol=1e-4)
@@ -111,6 +111,7 @@ def test_na_eval_end_to_end(toy, tmp_path):
     summary = json.loads((out / "metrics.json").read_text())
     assert set(summary["methods"]) == {"rollout", "deployment", "ridge", "id_linear", "momentum_observer"}
     assert len(summary["files"]) == 2  # one held out per task
+    assert summary["payload_observer"] == "table"  # deployment as the node runs it
     rollout_metrics = summary["methods"]["rollout"]
     assert rollout_metrics["worst_joint_mae_deg"]["full"] >= rollout_metrics["mean_joint_mae_deg"]["full"]
     assert "| ridge |" in (out / "metrics.md").read_text()
