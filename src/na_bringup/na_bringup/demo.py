@@ -43,13 +43,13 @@ class Timeline:
 
 def demo_timeline(seed: int = 0) -> Timeline:
     """Reach, grasp (300 g attached), lift and carry, hold still while pushed once, place, return."""
-    from na_sim.scenarios import Event, home_position, waypoint_path
+    from na_sim.scenarios import Event, grasp_events, gripper_value, home_position, waypoint_path
 
     robot = load_robot(ROBOT)
     lo, hi = np.asarray(robot.position_min), np.asarray(robot.position_max)
     home = home_position(robot)
     grip = robot.joint_index(robot.gripper_joint)
-    open_, closed = lo[grip] + 0.7 * (hi[grip] - lo[grip]), lo[grip] + 0.2 * (hi[grip] - lo[grip])
+    open_, closed = gripper_value(robot, "open"), gripper_value(robot, "closed")
 
     def pose(pan, lift, elbow, wrist, roll, gripper):
         return np.clip(np.array([pan, lift, elbow, wrist, roll, gripper], float), lo, hi)
@@ -66,7 +66,9 @@ def demo_timeline(seed: int = 0) -> Timeline:
     poses = [start, start, pick, grasp, lifted, lifted, place, release, start]
     events = [Event(4.0, "payload", PAYLOAD_KG),        # jaws closed on the object
               Event(8.5, "push", PUSH_N), Event(10.0, "push", None),   # one push while holding still
-              Event(15.0, "payload", 0.0)]              # released on the table
+              Event(15.0, "payload", 0.0),              # released on the table
+              *grasp_events(robot, 3.5, 15.0)]          # the object stops the jaws from the reach on
+    events.sort(key=lambda e: e.time)
     return Timeline(waypoint_path(times, poses), events, 20.0)
 
 

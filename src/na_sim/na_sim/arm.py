@@ -30,6 +30,8 @@ SURFACE_GEOM = "na_surface"
 CONTACT_GROUP = 2          # collision bit shared only by the probe and the scenario surface
 PAYLOAD_RADIUS = 0.02      # m, sphere used for the payload's inertia
 PROBE_RADIUS = 0.008       # m, contact probe sphere at the grasp site
+JAW_STIFFNESS = 100.0      # N.m/rad of a held object against the gripper (servo stall ~3 N.m: < 2 deg give)
+JAW_DAMPING = 1.0          # N.m.s/rad
 SURFACE_HALF_THICKNESS = 0.05
 FAR_AWAY = -10.0           # m, z of the surface while no scenario uses it
 PANDA_TCP_OFFSET = 0.1034  # m along panda_hand z (Franka's flange-to-fingertip centre)
@@ -142,6 +144,8 @@ class SimulatedArm:
         self._surface_geom = m.geom(SURFACE_GEOM).id
         self.payload_mass = 0.0
         self.push_force = np.zeros(3)
+        self.grasp_stop: tuple[float, float] | None = None  # (jaw angle of the held object, closing sign)
+        self._gripper = self.robot.joint_index(self.robot.gripper_joint) if self.robot.gripper_joint else None
         self.condition = np.ones(self.robot.n_joints)
         q0 = np.zeros(self.robot.n_joints) if initial_position is None else np.asarray(initial_position, float)
         self.reset(q0)
@@ -218,6 +222,14 @@ class SimulatedArm:
             self.model.body_mass[self._payload_body] = mass_kg
             self.model.body_inertia[self._payload_body] = 0.4 * mass_kg * PAYLOAD_RADIUS**2
 
+    def set_grasp(self, object_angle: float | None, closing_sign: float = -1.0) -> None:
+        """An object between the jaws stops the gripper at ``object_angle`` (rad) when it closes (towards
+        ``closing_sign``); the servo then pushes against it, as on a real grasp. None removes it."""
+        if object_angle is not None and self._gripper is None:
+            raise ValueError(f"{self.robot.name} has no gripper joint")
+        with self.lock:
+            self.grasp_stop = None if object_angle is None else (float(object_angle), float(np.sign(closing_sign)))
+
     def set_push(self, force_world: np.ndarray | None) -> None:
         """A known world-frame force (N) at the grasp site; None or zeros ends the push."""
         with self.lock:
@@ -263,6 +275,8 @@ class SimulatedArm:
             self.bank.feedforward = d.qfrc_bias[dof].copy()
         torque, friction, viscous = self.bank.step(q, qd)
         d.qfrc_applied[dof] = torque
+        if self.grasp_stop is not None:
+            d.qfrc_applied[dof[self._gripper]] += self._jaw_stop_torque(q[self._gripper], qd[self._gripper])
         m.dof_frictionloss[dof] = friction
         m.dof_damping[dof] = viscous
         d.xfrc_applied[self._payload_body] = 0.0
@@ -273,6 +287,15 @@ class SimulatedArm:
             d.xfrc_applied[body, 3:] = np.cross(d.xpos[body] - d.xipos[body], self.push_force)
         self._last_drive = (torque, viscous * qd)     # truth is derived from it lazily (truth())
         mujoco.mj_step(m, d)
+
+    def _jaw_stop_torque(self, angle: float, rate: float) -> float:
+        """One-sided spring-damper of a held object on the gripper joint (0 while the jaws are open wider)."""
+        object_angle, closing = self.grasp_stop
+        depth = closing * (angle - object_angle)
+        if depth <= 0.0:
+            return 0.0
+        push = JAW_STIFFNESS * depth + JAW_DAMPING * closing * rate
+        return -closing * max(push, 0.0)
 
     def _compute_truth(self) -> GroundTruth:
         """Truth of the last step: constraint forces in ``data`` still belong to it until the next."""

@@ -1,7 +1,8 @@
 """Scenarios: a leader trajectory plus timed events whose truth the simulator knows exactly.
 
 Leader trajectories: pick-and-place, go-up-and-stay, joint sweeps, smooth random motion, idle.
-Events: payload attach/detach at the grasp site (known mass), pushes at the end effector (known
+Events: payload attach/detach at the grasp site (known mass), the held object stopping the gripper's
+jaws (``sim_scenarios.gripper_object``), pushes at the end effector (known
 world-frame force), a rigid surface pressed through MuJoCo contact, a restricted joint (extra gearbox
 friction = the motor-condition label). Everything is drawn from a numpy Generator, so a scenario is
 deterministic per seed. Robot-specific choices (payload masses, push size, gripper open/closed)
@@ -26,6 +27,7 @@ DEFAULTS: dict[str, Any] = {
     "push_newton": [1.0, 4.0],
     "gripper_open": None,      # rad; None: 70 % of the gripper range
     "gripper_closed": None,    # rad; None: 20 % of the gripper range
+    "gripper_object": None,    # rad: jaw angle at which a picked object stops the gripper (None: no stop)
     "restriction_nm": [0.3, 0.8],   # N.m extra friction: several times the healthy joint's
     "motion_fraction": 0.35,   # fraction of each joint's half range used by random motions
 }
@@ -33,7 +35,8 @@ DEFAULTS: dict[str, Any] = {
 
 @dataclass
 class Event:
-    """Something that happens to the arm at ``time`` (s): payload kg, push N (3), surface (top z, x, y) m, restriction (joint, N.m)."""
+    """Something that happens to the arm at ``time`` (s): payload kg, grasp (object jaw angle rad, closing
+    sign) or None, push N (3), surface (top z, x, y) m, restriction (joint, N.m)."""
 
     time: float
     kind: str
@@ -64,6 +67,8 @@ class Scenario:
 def apply_event(arm: Any, event: Event) -> None:
     if event.kind == "payload":
         arm.set_payload(float(event.value))
+    elif event.kind == "grasp":
+        arm.set_grasp(None) if event.value is None else arm.set_grasp(*event.value)
     elif event.kind == "push":
         arm.set_push(None if event.value is None else np.asarray(event.value, float))
     elif event.kind == "surface_below":
@@ -86,6 +91,25 @@ def apply_event(arm: Any, event: Event) -> None:
 
 def scenario_settings(robot: RobotTable) -> dict[str, Any]:
     return {**DEFAULTS, **robot.raw.get("sim_scenarios", {})}
+
+
+def gripper_value(robot: RobotTable, which: str) -> float:
+    """The gripper's ``open`` or ``closed`` command (rad) of the robot's scenario settings."""
+    joint = robot.joint_index(robot.gripper_joint)
+    lo, hi = robot.position_min[joint], robot.position_max[joint]
+    value = scenario_settings(robot)[f"gripper_{which}"]
+    if value is None:
+        value = lo + (0.7 if which == "open" else 0.2) * (hi - lo)
+    return float(np.clip(value, lo, hi))
+
+
+def grasp_events(robot: RobotTable, reach: float, release: float) -> list[Event]:
+    """The held object between the jaws from ``reach`` to ``release`` (none without ``gripper_object``)."""
+    object_angle = scenario_settings(robot)["gripper_object"]
+    if robot.gripper_joint is None or object_angle is None:
+        return []
+    closing = float(np.sign(gripper_value(robot, "closed") - gripper_value(robot, "open")))
+    return [Event(reach, "grasp", (float(object_angle), closing)), Event(release, "grasp", None)]
 
 
 def home_position(robot: RobotTable) -> np.ndarray:
@@ -130,11 +154,7 @@ class _Builder:
 
     def gripper_value(self, which: str) -> float:
         assert self.gripper is not None
-        value = self.cfg[f"gripper_{which}"]
-        if value is None:
-            frac = 0.7 if which == "open" else 0.2
-            value = self.lo[self.gripper] + frac * (self.hi[self.gripper] - self.lo[self.gripper])
-        return float(np.clip(value, self.lo[self.gripper], self.hi[self.gripper]))
+        return gripper_value(self.robot, which)
 
     def random_pose(self, fraction: float | None = None) -> np.ndarray:
         fraction = self.cfg["motion_fraction"] if fraction is None else fraction
@@ -230,7 +250,7 @@ def _pick(b: _Builder, name: str, duration: float | None) -> Scenario:
         poses.append(pose)
         return t[-1]
 
-    go(pick, rng.uniform(1.5, 2.5))
+    reach = go(pick, rng.uniform(1.5, 2.5))
     attach = go(closed, 0.6)
     if name == "go_up_and_stay":
         lifted = up.copy()
@@ -247,7 +267,9 @@ def _pick(b: _Builder, name: str, duration: float | None) -> Scenario:
         go(carry, rng.uniform(2.0, 3.5))
         detach = go(place, 0.6)
     go(home, rng.uniform(1.5, 2.5))
-    events = [Event(attach, "payload", mass), Event(detach, "payload", 0.0)]
+    # the object is between the jaws from the reach on: closing stops on it until the release
+    events = sorted([Event(attach, "payload", mass), Event(detach, "payload", 0.0),
+                     *grasp_events(b.robot, reach, detach)], key=lambda e: e.time)
     d = max(duration or 0.0, t[-1] + 1.0)
     return Scenario(name, b.robot.name, d, waypoint_path(t, poses), events, initial_position=home, payload_kg=mass)
 
