@@ -176,6 +176,10 @@ def markdown_table(summary: dict[str, Any]) -> str:
                      f"{pub['worst_joint_deg']} |")
         lines.append(f"| ID-Linear / momentum observer, published | {pub['id_linear_force']} / "
                      f"{pub['momentum_observer_force']} | - | - | - |")
+    if summary.get("payload_observer"):
+        lines += ["", f"Deployment with the payload observer: {summary['payload_observer']} "
+                      "(table = the robot table's, as the node runs it; refit = fitted on this split's training "
+                      "files; off = the network alone)."]
     if "rollout" in summary["methods"]:
         lines += ["", "Rollout protocol by prefix (mean over trajectories):", "",
                   "| prefix | worst-joint MAE (deg) | mean joint MAE (deg) | force MAE all (N) |", "|---|---|---|---|"]

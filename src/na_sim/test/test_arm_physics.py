@@ -114,6 +114,27 @@ def test_payload_raises_the_load_by_jacobian_transpose_m_g(robot, pose):
     assert not arm.truth().contact
 
 
+def test_a_held_object_stops_the_jaws_and_the_gripper_servo_stalls_on_it():
+    """Commanded past the object, the gripper stops at it (within the object's give) and pushes to close, as
+    on the real SO-101 (NAD holds: 15 deg, 0.2-0.5 duty); without the object it reaches its command."""
+    arm = SimulatedArm("so101", seed=0, initial_position=SO101_POSE)
+    gripper = arm.robot.joint_index(arm.robot.gripper_joint)
+    closing = -1.0
+    goal = SO101_POSE.copy()
+    goal[gripper] = 0.05
+    arm.set_grasp(0.27, closing)
+    arm.set_goal_vector(goal)
+    arm.advance(1.5)
+    state = arm.servo_states()[gripper]
+    assert 0.27 - np.radians(3) < state.position < 0.27 + np.radians(1)
+    assert -closing * state.load > 0.2  # pushing towards closed
+    assert arm.truth().external_force == pytest.approx([0.0, 0.0, 0.0])  # a squeeze is not an external force
+    arm.set_grasp(None)
+    arm.advance(1.5)
+    state = arm.servo_states()[gripper]
+    assert abs(state.position - 0.05) < np.radians(2) and abs(state.load) < 0.2
+
+
 def test_push_truth_and_its_joint_torque():
     arm = lossless_arm("so101", SO101_POSE)
     arm.advance(1.0)

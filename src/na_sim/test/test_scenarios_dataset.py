@@ -42,6 +42,16 @@ def test_pick_and_place_labels_the_payload_weight_while_it_is_held():
     # Holding the payload loads the shoulder/elbow more than the same motion without it would.
     load = np.abs(episode.trajectory.quantities["load"][:, 1:3]).mean(axis=1)
     assert load[held].mean() > load[free].mean()
+    # The object stops the jaws from the reach to the release: the gripper servo stalls on it while held.
+    grasp = [e for e in scenario.events if e.kind == "grasp"]
+    assert [e.value is None for e in grasp] == [False, True] and grasp[1].time == detach
+    gripper = load_robot("so101").joint_index("gripper")
+    q = episode.trajectory.quantities
+    carried = held & (t < detach - 0.6)  # the last 0.6 s before the release opens the gripper
+    assert carried.sum() > 50
+    assert np.all(q["goal_position"][carried, gripper] < q["position"][carried, gripper] - np.radians(3))
+    assert np.all(q["load"][carried, gripper] > 0.1)
+    assert not [e for e in make_scenario("pick_and_place", "omx", 3).events if e.kind == "grasp"]  # no object set
 
 
 def test_push_scenario_truth_is_the_scheduled_force():
