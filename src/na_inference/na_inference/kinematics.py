@@ -83,7 +83,7 @@ class SerialChain:
     def __init__(self, joints: list[_Joint], base: str, tip: str) -> None:
         self.joints, self.base, self.tip = joints, base, tip
         # per joint, precomputed for pose(): (origin, fixed rotation, joint index, K, K^2)
-        self._steps = [(j.position, j.rotation, j.joint_index, j.cross, j.cross @ j.cross) for j in joints]
+        self._steps = [(j.position, j.rotation, j.joint_index, j.cross, j.cross_squared) for j in joints]
 
     @classmethod
     def from_robot(cls, robot: RobotTable) -> SerialChain:
@@ -155,6 +155,10 @@ class GravityModel:
         self.joints = joints                  # (parent link, child link, joint) from the base outwards
         self.masses = masses                  # link -> (mass kg, centre of mass in the link frame)
         self.base, self.tip, self.n_joints = base, tip, n_joints
+        self._below: dict[str, set[str]] = {}  # each link with every link of its subtree (itself included)
+        for parent, child, _ in reversed(joints):
+            self._below.setdefault(child, {child})
+            self._below.setdefault(parent, {parent}).update(self._below[child])
 
     @classmethod
     def from_robot(cls, robot: RobotTable) -> GravityModel:
@@ -219,7 +223,7 @@ class GravityModel:
         for parent, child, _ in reversed(self.joints):
             mass[parent] += mass[child]
             moment[parent] = moment[parent] + moment[child]
-        below = self._links_below()
+        below = self._below
         arm, per_kg = np.zeros(self.n_joints), np.zeros(self.n_joints)
         g = self.GRAVITY
         for index, child, axis, origin in axes:
@@ -229,14 +233,3 @@ class GravityModel:
                 lever = pos[self.tip] - origin
                 per_kg[index] = g * (axis[1] * lever[0] - axis[0] * lever[1])
         return arm, per_kg
-
-    def _links_below(self) -> dict[str, set[str]]:
-        """Each link with every link of its subtree (itself included); computed once."""
-        if not hasattr(self, "_below"):
-            below: dict[str, set[str]] = {}
-            for _, child, _ in reversed(self.joints):
-                below.setdefault(child, {child})
-            for parent, child, _ in reversed(self.joints):
-                below.setdefault(parent, {parent}).update(below[child])
-            self._below = below
-        return self._below

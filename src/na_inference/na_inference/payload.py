@@ -161,16 +161,16 @@ class PayloadObserver:
         if not carrying:
             self._end_carry()
             return PayloadEstimate(False, 0.0, 0.0)
-        arm, per_kg = self.gravity.torques(position)
-        for row, joint in enumerate(c.joints):
+        moving = [(row, joint) for row, joint in enumerate(c.joints) if abs(velocity[joint]) > c.moving_velocity]
+        arm, per_kg = self.gravity.torques(position) if moving else (None, None)  # 0.16 ms: only when needed
+        for row, joint in moving:
             qd = float(velocity[joint])
-            if abs(qd) > c.moving_velocity:
-                k = c.coefficients[row]
-                slope = k[2] * per_kg[joint]
-                residual = load[joint] - k[0] - k[1] * arm[joint] - k[3] * np.sign(qd) - k[4] * qd
-                self._moment += slope * residual * step
-                self._weight += slope * slope * step
-                self._moving_s += step / len(c.joints)
+            k = c.coefficients[row]
+            slope = k[2] * per_kg[joint]
+            residual = load[joint] - k[0] - k[1] * arm[joint] - k[3] * np.sign(qd) - k[4] * qd
+            self._moment += slope * residual * step
+            self._weight += slope * slope * step
+            self._moving_s += step / len(c.joints)
         prior_weight = c.prior_seconds * c.slope_scale
         total = prior_weight + self._weight
         mass = (prior_weight * max(prior_kg, 0.0) + self._moment) / total if total > 0 else max(prior_kg, 0.0)

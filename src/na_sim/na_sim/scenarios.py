@@ -68,7 +68,10 @@ def apply_event(arm: Any, event: Event) -> None:
     if event.kind == "payload":
         arm.set_payload(float(event.value))
     elif event.kind == "grasp":
-        arm.set_grasp(None) if event.value is None else arm.set_grasp(*event.value)
+        if event.value is None:
+            arm.set_grasp(None)
+        else:
+            arm.set_grasp(*event.value)
     elif event.kind == "push":
         arm.set_push(None if event.value is None else np.asarray(event.value, float))
     elif event.kind == "surface_below":
