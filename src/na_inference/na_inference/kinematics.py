@@ -56,6 +56,14 @@ def matrix_to_quat(rot: np.ndarray) -> np.ndarray:
 _IDENTITY = np.eye(3)
 
 
+def _urdf_and_ends(robot: RobotTable) -> tuple[Path, list[str], str, str]:
+    """(URDF path, joint names, base link, end-effector link) of a robot table."""
+    base, tip = robot.tf_frames.get("base"), robot.tf_frames.get("end_effector")
+    if not base or not tip:
+        raise KinematicsError(f"{robot.name}: the robot table names no tf_frames base/end_effector")
+    return robot.description_path("urdf"), list(robot.joint_names), base, tip
+
+
 @dataclass(frozen=True)
 class _Joint:
     """One URDF joint on the chain: its fixed origin in the parent link and its moving axis."""
@@ -88,10 +96,7 @@ class SerialChain:
     @classmethod
     def from_robot(cls, robot: RobotTable) -> SerialChain:
         """The chain ``tf_frames.base`` -> ``tf_frames.end_effector`` of the robot's URDF."""
-        base, tip = robot.tf_frames.get("base"), robot.tf_frames.get("end_effector")
-        if not base or not tip:
-            raise KinematicsError(f"{robot.name}: the robot table names no tf_frames base/end_effector")
-        return cls.from_urdf(robot.description_path("urdf"), list(robot.joint_names), base, tip)
+        return cls.from_urdf(*_urdf_and_ends(robot))
 
     @classmethod
     def from_urdf(cls, path: Path, joint_names: list[str], base: str, tip: str) -> SerialChain:
@@ -162,10 +167,8 @@ class GravityModel:
 
     @classmethod
     def from_robot(cls, robot: RobotTable) -> GravityModel:
-        base, tip = robot.tf_frames.get("base"), robot.tf_frames.get("end_effector")
-        if not base or not tip:
-            raise KinematicsError(f"{robot.name}: the robot table names no tf_frames base/end_effector")
-        return cls.from_urdf(robot.description_path("urdf"), list(robot.joint_names), base, tip)
+        """The whole tree of the robot's URDF, the payload at ``tf_frames.end_effector``."""
+        return cls.from_urdf(*_urdf_and_ends(robot))
 
     @classmethod
     def from_urdf(cls, path: Path, joint_names: list[str], base: str, tip: str) -> GravityModel:
