@@ -193,17 +193,32 @@ def load_model_rows(traj, gravity: GravityModel, joints: Sequence[int], moving_v
     return out
 
 
+def payload_kg(traj) -> float | None:
+    """A trajectory's payload mass: from its NAD path (``300g``) when it has one, else from its labelled
+    frames (na-record: force_z = -m g while holding); None when neither says."""
+    if traj.payload_kg is not None:
+        return float(traj.payload_kg)
+    labelled = traj.force_labelled
+    if not labelled.any():
+        return None
+    return float(-np.median(traj.force[labelled, 2]) / GRAVITY)
+
+
 def fit_load_model(trajs: Sequence, gravity: GravityModel, joints: Sequence[int],
                    moving_velocity: float) -> tuple[np.ndarray, float]:
     """(coefficients [len(joints), 5], slope scale) by least squares over the labelled moving frames of
-    trajectories with a known payload mass (``traj.payload_kg``)."""
+    trajectories with a payload (``payload_kg``: own recordings need no NAD folder names)."""
     per_joint: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in joints]
-    for traj in trajs:
-        if traj.payload_kg is None:
+    masses = [payload_kg(traj) for traj in trajs]
+    if len({round(m, 3) for m in masses if m is not None}) < 2:
+        raise PayloadObserverError("the fit needs trials with at least two different payload masses, "
+                                   f"got {sorted({m for m in masses if m is not None})}")
+    for traj, mass in zip(trajs, masses):
+        if mass is None:
             continue
         for row, (x, y) in enumerate(load_model_rows(traj, gravity, joints, moving_velocity, traj.force_labelled)):
             x = x.copy()
-            x[:, 2] *= traj.payload_kg
+            x[:, 2] *= mass
             per_joint[row].append((x, y))
     coefficients, slopes = [], []
     for row, pairs in enumerate(per_joint):
@@ -213,8 +228,8 @@ def fit_load_model(trajs: Sequence, gravity: GravityModel, joints: Sequence[int]
         y = np.concatenate([p[1] for p in pairs])
         c, *_ = np.linalg.lstsq(x, y, rcond=None)
         coefficients.append(c)
-    for traj in trajs:
-        if traj.payload_kg is None:
+    for traj, mass in zip(trajs, masses):
+        if mass is None:
             continue
         _, torques = gravity.torques(traj.quantities["position"])
         for row, joint in enumerate(joints):
@@ -252,19 +267,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--robot", default="so101")
     parser.add_argument("--nad-dir", type=Path, default=Path("../shared/nad"))
     parser.add_argument("--holdout-fold", type=int, default=-1, help="as na-train (-1: each task's last file)")
+    parser.add_argument("--files", type=Path, nargs="+",
+                        help="fit on these NAD CSVs instead, all of them (e.g. your own arm's na-record "
+                             "recordings with --payload-kg: the mass comes from the labels)")
     args = parser.parse_args(argv)
     table = load_robot(args.robot)
     config = PayloadObserverConfig.from_robot(table)
     if config is None:
         parser.error(f"{args.robot}: the robot table has no payload_observer section")
-    paths = find_trajectories(args.nad_dir, args.robot)
-    if not paths:
-        parser.error(f"no {args.robot} NAD files under {args.nad_dir}")
-    train_paths, val_paths = holdout_split(paths, fold=args.holdout_fold)
+    if args.files:
+        train_paths, val_paths = list(args.files), []
+    else:
+        try:
+            train_paths, val_paths = holdout_split(find_trajectories(args.nad_dir, args.robot),
+                                                   fold=args.holdout_fold)
+        except (FileNotFoundError, ValueError) as err:
+            parser.error(str(err))
     gravity = GravityModel.from_robot(table)
     train = [load_trajectory(p, args.robot) for p in train_paths]
-    coefficients, scale = fit_load_model(train, gravity, config.joints, config.moving_velocity)
-    print(f"fitted on {len(train)} training files (fold {args.holdout_fold}); robot-table lines:\n")
+    try:
+        coefficients, scale = fit_load_model(train, gravity, config.joints, config.moving_velocity)
+    except PayloadObserverError as err:
+        parser.error(f"cannot fit: {err} (record trials that lift a known payload: na-record --payload-kg)")
+    print(f"fitted on {len(train)} files; robot-table lines:\n")
     print(yaml_block(coefficients, scale))
     observer = PayloadObserver(config.with_coefficients(coefficients, scale), gravity)
     print("\n| held-out file | label (kg) | carry detection accuracy | mass while carrying (kg, mean) |")

@@ -145,6 +145,20 @@ def test_the_robot_table_holds_a_fit_on_the_shipped_split(nad_dir: Path) -> None
     assert scale == pytest.approx(CONFIG.slope_scale, rel=1e-5)
 
 
+def test_own_recordings_fit_with_the_mass_from_their_labels_and_one_mass_is_refused(nad_dir: Path) -> None:
+    """An na-record file has no NAD folder name: its mass comes from its labels (force_z = -m g)."""
+    paths = [p for p in find_trajectories(nad_dir, "so101") if "pick_and_place" in p.as_posix()]
+    named = [load_trajectory(p) for p in paths]
+    unnamed = [dataclasses.replace(t, payload_kg=None) for t in named]
+    from_labels, _ = fit_load_model(unnamed, GRAVITY_MODEL, CONFIG.joints, CONFIG.moving_velocity)
+    from_names, _ = fit_load_model(named, GRAVITY_MODEL, CONFIG.joints, CONFIG.moving_velocity)
+    # NAD labels are m * 9.8 N, our gravity 9.81: the same fit within that 0.1 %
+    np.testing.assert_allclose(from_labels, from_names, rtol=2e-3, atol=1e-4)
+    with pytest.raises(PayloadObserverError, match="two different payload masses"):
+        fit_load_model([t for t in named if t.payload_kg == 0.3], GRAVITY_MODEL, CONFIG.joints,
+                       CONFIG.moving_velocity)
+
+
 def test_the_engine_publishes_the_observed_weight_on_a_real_pick_and_place(nad_dir: Path) -> None:
     """A held-out pick-and-place with 300 g: while the observer sees the carry, the z force is -g m with m
     near 0.3 kg and the contact probability 1; elsewhere the engine's output is the network's."""
