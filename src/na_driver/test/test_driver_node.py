@@ -127,7 +127,20 @@ def test_driver_node_with_simulated_arm(robot_name, processes, ros_probe, tmp_pa
         ros_probe.subscribe(ActuatorState, "/actuator_states")
         driver = start_driver(processes, robot_name, emulator.path, rate_hz=60.0)
         wait_for(lambda: ros_probe.count("/actuator_states") >= 30, 30.0, "telemetry from the simulated arm", driver)
-        time.sleep(1.0)                                   # torque on: let the arm settle on its goals
+        # The servos power up with torque off; the driver turns it on at its first good read (retrying a
+        # failed write), which on a loaded machine can come after the first telemetry. Wait for it, then
+        # command the upright start pose, where gravity loads the arm, and hold it there.
+        wait_for(lambda: bool(arm.bank.torque_enabled.all()), 20.0, "the driver turned every servo's torque on",
+                 driver)
+        pub = ros_probe.publisher(JointState, "/joint_commands")
+        wait_for(lambda: pub.get_subscription_count() > 0, 20.0, "driver subscribed to /joint_commands", driver)
+        upright = np.zeros(robot.n_joints)
+
+        def upright_reached() -> bool:
+            pub.publish(command(robot.joint_names, upright))
+            return bool(np.abs(arm.joint_positions() - upright).max() < 0.05)
+        wait_for(upright_reached, 20.0, "the simulated arm back at its upright start pose", driver, interval=0.05)
+        time.sleep(1.0)                                   # let the arm settle on its goals
 
         def reported_vs_sim() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
             msg = ros_probe.messages("/actuator_states")[-1]
@@ -139,8 +152,6 @@ def test_driver_node_with_simulated_arm(robot_name, processes, ros_probe, tmp_pa
         np.testing.assert_allclose(load, sim_load, atol=0.05)
         assert np.abs(load).max() > 0.005, "gravity should show in the load register of a held arm"
 
-        pub = ros_probe.publisher(JointState, "/joint_commands")
-        wait_for(lambda: pub.get_subscription_count() > 0, 20.0, "driver subscribed to /joint_commands", driver)
         target = sim_pos.copy()
         target[0] = 0.35
 
