@@ -33,7 +33,6 @@ from na_inference.payload import (
     GRAVITY,
     PayloadObserver,
     PayloadObserverConfig,
-    fit_load_model,
     load_model_rows,
     observe_trajectory,
 )
@@ -103,13 +102,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --observer: an ONNX model to run through the engine with and without it")
     args = parser.parse_args(argv)
     table = load_robot("so101")
-    gravity = GravityModel.from_robot(table)
-    config = PayloadObserverConfig.from_robot(table)
     train_paths, val_paths = holdout_split(find_trajectories(args.nad_dir, "so101"), fold=args.holdout_fold)
     loaded = {p: load_trajectory(p) for p in train_paths + val_paths}
-    coefficients, scale = fit_load_model([loaded[p] for p in train_paths], gravity, config.joints,
-                                         config.moving_velocity)
-    config = config.with_coefficients(coefficients, scale)
+    observer = PayloadObserver.for_robot(table).refitted([loaded[p] for p in train_paths])
+    gravity, config, coefficients = observer.gravity, observer.config, observer.config.coefficients
     names = [table.joint_names[j] for j in config.joints]
     for name, c in zip(names, coefficients):
         print(f"{name}: c = {np.round(c, 3)}")
@@ -121,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {split} | {'/'.join(path.parts[-4:-2])}/{path.name} | {traj.payload_kg} | "
               + " | ".join(trial_masses(traj, gravity, config)) + " |")
     if args.observer:
-        score_observer(args.model, PayloadObserver(config, gravity), loaded, train_paths, val_paths)
+        score_observer(args.model, observer, loaded, train_paths, val_paths)
     return 0
 
 

@@ -36,10 +36,9 @@ from .contract import read_model_file
 from .dynamics import RigidBodyDynamics
 from .engine import InferenceEngine, SampleStatus
 from .features import FeatureSpec, default_spec, fit_normalization
-from .kinematics import GravityModel
 from .model import load_checkpoint
 from .nad import Trajectory, find_trajectories, holdout_split, load_trajectory
-from .payload import PayloadObserver, PayloadObserverConfig, fit_load_model
+from .payload import PayloadObserver
 from .rollout import FeatureMixer, prefix_mae, prepare, protocol_rollouts
 
 PREFIXES = (100, 300, 500)
@@ -278,13 +277,8 @@ def payload_observer_for(mode: str, robot: str, train: list[Trajectory]) -> bool
         return False
     if mode == "table":
         return True
-    table = load_robot(robot)
-    config = PayloadObserverConfig.from_robot(table)
-    if config is None:
-        return False
-    gravity = GravityModel.from_robot(table)
-    coefficients, scale = fit_load_model(train, gravity, config.joints, config.moving_velocity)
-    return PayloadObserver(config.with_coefficients(coefficients, scale), gravity)
+    observer = PayloadObserver.for_robot(robot)
+    return False if observer is None else observer.refitted(train)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from na_description.robot_table import RobotTable, load_robot
 
 from .kinematics import GravityModel
 
-GRAVITY = 9.81
+GRAVITY = GravityModel.GRAVITY
 #: the longest sample gap that counts as motion time (a longer gap weighs as this much)
 MAX_STEP_S = 0.1
 
@@ -100,7 +100,6 @@ class PayloadObserverConfig:
 class PayloadEstimate:
     carrying: bool
     mass_kg: float                       # 0 when not carrying
-    moving_s: float                      # seconds of joint motion behind the estimate (0: the prior alone)
 
 
 @dataclass
@@ -113,7 +112,6 @@ class PayloadObserver:
     _carrying: bool = field(default=False, init=False)
     _moment: float = field(default=0.0, init=False)
     _weight: float = field(default=0.0, init=False)
-    _moving_s: float = field(default=0.0, init=False)
     _last_stamp: float | None = field(default=None, init=False)
 
     @classmethod
@@ -122,13 +120,18 @@ class PayloadObserver:
         config = PayloadObserverConfig.from_robot(table)
         return None if config is None else cls(config, GravityModel.from_robot(table))
 
+    def refitted(self, trajs: Sequence) -> PayloadObserver:
+        """A fresh observer like this one, its load model fitted on ``trajs`` (``fit_load_model``)."""
+        coefficients, scale = fit_load_model(trajs, self.gravity, self.config.joints, self.config.moving_velocity)
+        return PayloadObserver(self.config.with_coefficients(coefficients, scale), self.gravity)
+
     def reset(self) -> None:
         """Forget everything (a new stream: a gripper closed at its first sample counts as carrying)."""
         self._grasp_pose, self._carrying, self._last_stamp = None, False, None
         self._end_carry()
 
     def _end_carry(self) -> None:
-        self._moment = self._weight = self._moving_s = 0.0
+        self._moment = self._weight = 0.0
 
     def grasping(self, position: np.ndarray, goal_position: np.ndarray, load: np.ndarray) -> bool:
         """The gripper is stalled closed on something: commanded further closed, pushing to close."""
@@ -160,7 +163,7 @@ class PayloadObserver:
             carrying = bool(contact)
         if not carrying:
             self._end_carry()
-            return PayloadEstimate(False, 0.0, 0.0)
+            return PayloadEstimate(False, 0.0)
         moving = [(row, joint) for row, joint in enumerate(c.joints) if abs(velocity[joint]) > c.moving_velocity]
         arm, per_kg = self.gravity.torques(position) if moving else (None, None)  # 0.16 ms: only when needed
         for row, joint in moving:
@@ -170,11 +173,10 @@ class PayloadObserver:
             residual = load[joint] - k[0] - k[1] * arm[joint] - k[3] * np.sign(qd) - k[4] * qd
             self._moment += slope * residual * step
             self._weight += slope * slope * step
-            self._moving_s += step / len(c.joints)
         prior_weight = c.prior_seconds * c.slope_scale
         total = prior_weight + self._weight
         mass = (prior_weight * max(prior_kg, 0.0) + self._moment) / total if total > 0 else max(prior_kg, 0.0)
-        return PayloadEstimate(True, max(mass, 0.0), self._moving_s)
+        return PayloadEstimate(True, max(mass, 0.0))
 
 
 # ------------------------------------------------------------------------------------------------ fitting
@@ -182,8 +184,13 @@ class PayloadObserver:
 def load_model_rows(traj, gravity: GravityModel, joints: Sequence[int], moving_velocity: float,
                     rows: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per joint: regressors [n, 5] (column 2 per kg of payload) and loads [n] of ``rows`` where it moves."""
+    return _regressors(traj, *gravity.torques(traj.quantities["position"]), joints, moving_velocity, rows)
+
+
+def _regressors(traj, arm: np.ndarray, per_kg: np.ndarray, joints: Sequence[int], moving_velocity: float,
+                rows: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``load_model_rows`` with the trajectory's gravity torques [T, n] already computed."""
     q = traj.quantities
-    arm, per_kg = gravity.torques(q["position"])
     out = []
     for joint in joints:
         v = q["velocity"][:, joint]
@@ -213,14 +220,16 @@ def fit_load_model(trajs: Sequence, gravity: GravityModel, joints: Sequence[int]
     if len({round(m, 3) for m in masses if m is not None}) < 2:
         raise PayloadObserverError("the fit needs trials with at least two different payload masses, "
                                    f"got {sorted({m for m in masses if m is not None})}")
+    payload_torques = []  # [T, n] per kg, of each trajectory with a payload: the slope scale needs them too
     for traj, mass in zip(trajs, masses):
         if mass is None:
             continue
-        for row, (x, y) in enumerate(load_model_rows(traj, gravity, joints, moving_velocity, traj.force_labelled)):
-            x = x.copy()
+        arm, per_kg = gravity.torques(traj.quantities["position"])
+        payload_torques.append(per_kg)
+        for row, (x, y) in enumerate(_regressors(traj, arm, per_kg, joints, moving_velocity, traj.force_labelled)):
             x[:, 2] *= mass
             per_joint[row].append((x, y))
-    coefficients, slopes = [], []
+    coefficients = []
     for row, pairs in enumerate(per_joint):
         x = np.concatenate([p[0] for p in pairs]) if pairs else np.zeros((0, 5))
         if len(x) < 20:
@@ -228,12 +237,8 @@ def fit_load_model(trajs: Sequence, gravity: GravityModel, joints: Sequence[int]
         y = np.concatenate([p[1] for p in pairs])
         c, *_ = np.linalg.lstsq(x, y, rcond=None)
         coefficients.append(c)
-    for traj, mass in zip(trajs, masses):
-        if mass is None:
-            continue
-        _, torques = gravity.torques(traj.quantities["position"])
-        for row, joint in enumerate(joints):
-            slopes.append((coefficients[row][2] * torques[:, joint]) ** 2)
+    slopes = [(coefficients[row][2] * per_kg[:, joint]) ** 2 for per_kg in payload_torques
+              for row, joint in enumerate(joints)]
     return np.array(coefficients), float(np.mean(np.concatenate(slopes)))
 
 
@@ -271,9 +276,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="fit on these NAD CSVs instead, all of them (e.g. your own arm's na-record "
                              "recordings with --payload-kg: the mass comes from the labels)")
     args = parser.parse_args(argv)
-    table = load_robot(args.robot)
-    config = PayloadObserverConfig.from_robot(table)
-    if config is None:
+    table_observer = PayloadObserver.for_robot(args.robot)
+    if table_observer is None:
         parser.error(f"{args.robot}: the robot table has no payload_observer section")
     if args.files:
         train_paths, val_paths = list(args.files), []
@@ -283,15 +287,13 @@ def main(argv: list[str] | None = None) -> int:
                                                    fold=args.holdout_fold)
         except (FileNotFoundError, ValueError) as err:
             parser.error(str(err))
-    gravity = GravityModel.from_robot(table)
     train = [load_trajectory(p, args.robot) for p in train_paths]
     try:
-        coefficients, scale = fit_load_model(train, gravity, config.joints, config.moving_velocity)
+        observer = table_observer.refitted(train)
     except PayloadObserverError as err:
         parser.error(f"cannot fit: {err} (record trials that lift a known payload: na-record --payload-kg)")
     print(f"fitted on {len(train)} files; robot-table lines:\n")
-    print(yaml_block(coefficients, scale))
-    observer = PayloadObserver(config.with_coefficients(coefficients, scale), gravity)
+    print(yaml_block(observer.config.coefficients, observer.config.slope_scale))
     print("\n| held-out file | label (kg) | carry detection accuracy | mass while carrying (kg, mean) |")
     print("|---|---|---|---|")
     for path in val_paths:
